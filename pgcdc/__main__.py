@@ -1,0 +1,5 @@
+import sys
+
+from pgcdc.cli import main
+
+sys.exit(main())

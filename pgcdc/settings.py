@@ -1,0 +1,159 @@
+"""Settings: one pydantic-settings model, loaded from a TOML file and PGCDC_* variables.
+
+Precedence: environment (PGCDC_SOURCE__DSN, ...) over the TOML file over defaults.
+The file comes from `--config PATH` or PGCDC_CONFIG. Secrets are SecretStr and only
+ever shown masked (see `masked_dsn`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from pgcdc.errors import ConfigError
+
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+class SourceSettings(BaseModel):
+    """Where the PostgreSQL tables live."""
+
+    model_config = {"extra": "forbid"}
+
+    dsn: SecretStr = Field(description="libpq conninfo or URI of the primary (writes: install, attach, state mirror)")
+    replica_dsn: SecretStr | None = Field(
+        default=None,
+        description="optional hot standby; when set, the ingest job reads events and rows there",
+    )
+
+
+class TargetSettings(BaseModel):
+    """Where the Delta tables land: <root>/<schema>.<table>."""
+
+    model_config = {"extra": "forbid"}
+
+    root: str = Field(description="directory or URI under which each table gets its Delta folder")
+
+
+class IngestSettings(BaseModel):
+    """How the ingest job reads and batches events."""
+
+    model_config = {"extra": "forbid"}
+
+    mode: Literal["out_of_order", "strict"] = Field(
+        default="out_of_order",
+        description="out_of_order: apply committed events above txmin too (low latency); "
+        "strict: only events below txmin, in commit-safe txid order",
+    )
+    max_events_per_batch: int = Field(default=10_000, gt=0, description="queue rows per batch")
+    max_keys_per_batch: int = Field(default=1_000_000, gt=0, description="changed keys per batch")
+    jdbc_partitions: int = Field(default=4, gt=0, le=256, description="parallel JDBC reads per table")
+
+
+class SparkSettings(BaseModel):
+    """The Spark session pgcdc builds for `pgcdc ingest` (spark-submit brings its own master)."""
+
+    model_config = {"extra": "forbid"}
+
+    master: str = Field(default="local[2]", description="Spark master URL")
+    conf: dict[str, str] = Field(default_factory=dict, description="extra Spark confs, e.g. memory")
+
+
+class Settings(BaseSettings):
+    """All pgcdc settings."""
+
+    model_config = SettingsConfigDict(env_prefix="PGCDC_", env_nested_delimiter="__", extra="forbid")
+
+    source: SourceSettings
+    target: TargetSettings
+    consumer: str = Field(default="default", description="name of this consumer; its state is kept per table")
+    tables: list[str] = Field(
+        default_factory=list, description="tables to sync as schema.table; empty means every attached table"
+    )
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+
+    @field_validator("consumer")
+    @classmethod
+    def _consumer_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("use letters, digits, '_', '.', '-' only")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The TOML file is passed as init kwargs by load_settings; the environment wins over it.
+        return (env_settings, init_settings)
+
+
+def config_path(explicit: str | Path | None = None) -> Path | None:
+    """The config file to read: --config, else PGCDC_CONFIG, else none."""
+    value = explicit or os.environ.get("PGCDC_CONFIG")
+    return Path(value) if value else None
+
+
+def load_settings(config: str | Path | None = None) -> Settings:
+    """Load settings from the TOML file (if any) and the environment; raise ConfigError on any problem."""
+    path = config_path(config)
+    data: dict[str, Any] = {}
+    where = "the environment (PGCDC_*)"
+    if path is not None:
+        where = str(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} not found; pass --config PATH or set PGCDC_CONFIG (see conf/pgcdc.example.toml)")
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid settings in {where}: {describe_errors(exc)}") from None
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """One line per problem, naming the setting and its env variable; input values are left out (they may be secrets)."""
+    parts = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"])
+        env = "PGCDC_" + "__".join(str(p).upper() for p in err["loc"] if not isinstance(p, int))
+        msg = "missing; set it in the config file or " + env if err["type"] == "missing" else err["msg"]
+        parts.append(f"{key}: {msg}")
+    return "; ".join(parts)
+
+
+def masked_dsn(dsn: SecretStr | str | None) -> str | None:
+    """The DSN with its password replaced by ****, for printing."""
+    if dsn is None:
+        return None
+    raw = dsn.get_secret_value() if isinstance(dsn, SecretStr) else dsn
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        parts = conninfo_to_dict(raw)
+    except Exception:
+        return "**** (unparsable DSN)"
+    if parts.get("password"):
+        parts["password"] = "****"
+    return make_conninfo(**parts)
+
+
+def describe(settings: Settings) -> dict[str, Any]:
+    """The effective settings as plain data, secrets masked."""
+    data = settings.model_dump(mode="python")
+    data["source"]["dsn"] = masked_dsn(settings.source.dsn)
+    data["source"]["replica_dsn"] = masked_dsn(settings.source.replica_dsn)
+    return data
