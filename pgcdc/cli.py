@@ -7,9 +7,13 @@ import json
 import sys
 from pathlib import Path
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from pgcdc.errors import PgcdcError
 from pgcdc.settings import Settings, describe, load_settings
+
+if TYPE_CHECKING:
+    import psycopg
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -39,6 +43,96 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _source(args: argparse.Namespace) -> "psycopg.Connection":
+    from pgcdc.db import connect
+
+    return connect(_settings(args).source.dsn)
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    """Create or upgrade the pgcdc schema."""
+    from pgcdc import capture
+
+    with _source(args) as conn:
+        previous, version = capture.install(conn)
+        db = conn.info.dbname
+    if previous is None:
+        print(f"installed pgcdc schema version {version} in database {db}")
+    elif previous == version:
+        print(f"pgcdc schema version {version} already installed in database {db}; functions refreshed")
+    else:
+        print(f"upgraded pgcdc schema in database {db} from version {previous} to {version}")
+    print("next: pgcdc attach SCHEMA.TABLE")
+    return 0
+
+
+def cmd_uninstall(args: argparse.Namespace) -> int:
+    """Detach every table and drop the pgcdc schema."""
+    from pgcdc import capture
+
+    if not args.yes:
+        print("pgcdc: uninstall drops the pgcdc schema and its queue; re-run with --yes to confirm", file=sys.stderr)
+        return 2
+    with _source(args) as conn:
+        detached = capture.uninstall(conn)
+        db = conn.info.dbname
+    for name in detached:
+        print(f"detached {name}")
+    print(f"pgcdc removed from database {db}")
+    return 0
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    """Start capturing a table."""
+    from pgcdc import capture
+
+    key = [c.strip() for c in args.key.split(",")] if args.key else None
+    with _source(args) as conn:
+        t = capture.attach(conn, args.table, key=key, predicate=args.where, shard=args.shard)
+    extra = "".join([f", where {t.predicate}" if t.predicate else "", f", shard {t.shard}" if t.shard is not None else ""])
+    print(f"attached {t.name} (key {', '.join(t.key_columns)}{extra}); its changes are now captured")
+    print("next: backfill existing rows, then run `pgcdc ingest`")
+    return 0
+
+
+def cmd_detach(args: argparse.Namespace) -> int:
+    """Stop capturing a table."""
+    from pgcdc import capture
+
+    with _source(args) as conn:
+        name = capture.resolve_table(conn, args.table)
+        done = capture.detach(conn, args.table)
+    print(f"detached {name}; its changes are no longer captured" if done else f"{name} was not attached")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """List attached tables with their options."""
+    from pgcdc import capture
+
+    with _source(args) as conn:
+        tables = capture.list_attached(conn)
+    if not tables:
+        print("no tables attached; run `pgcdc attach SCHEMA.TABLE`")
+        return 0
+    rows = [("table", "key", "where", "shard")]
+    rows += [(t.name, ", ".join(t.key_columns), t.predicate or "", "" if t.shard is None else str(t.shard))
+             for t in tables]
+    from pgcdc.status import table_lines
+
+    print("\n".join(table_lines(rows)))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Capture health at a glance."""
+    from pgcdc.status import capture_status
+
+    with _source(args) as conn:
+        print(capture_status(conn))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from pgcdc.demo import run_demo
 
@@ -58,6 +152,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     add("config", cmd_config, "print the effective settings (secrets masked)")
     add("check", cmd_check, "check the settings and the connection to PostgreSQL")
+    add("install", cmd_install, "create or upgrade the pgcdc schema in the source database")
+    p = add("uninstall", cmd_uninstall, "detach all tables and drop the pgcdc schema")
+    p.add_argument("--yes", action="store_true", help="confirm")
+    p = add("attach", cmd_attach, "capture a table's changes")
+    p.add_argument("table", help="schema.table (quote mixed case: '\"Sales\".\"Orders\"')")
+    p.add_argument("--key", help="comma-separated unique NOT NULL key columns (default: the primary key)")
+    p.add_argument("--where", help="SQL predicate on the table's columns; only matching rows are synced")
+    p.add_argument("--shard", type=int, help="routing number stored with every event")
+    p = add("detach", cmd_detach, "stop capturing a table")
+    p.add_argument("table")
+    add("list", cmd_list, "list attached tables")
+    add("status", cmd_status, "show whether capture and sync are healthy")
     demo = add("demo", cmd_demo, "run the whole path on a throwaway local PostgreSQL and Delta folder")
     demo.add_argument("--lake", default=".demo/lake", help="folder for the demo's Delta tables (recreated)")
     return parser

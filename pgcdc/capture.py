@@ -1,0 +1,199 @@
+"""Capture administration: install/upgrade/uninstall the pgcdc schema, attach and detach tables.
+
+The logic lives in SQL (sql/, shipped as package data pgcdc.sql) so any client can
+call it; this module runs the files, checks the schema version and turns SQL errors
+into PgcdcErrors that name the object and the next step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import resources
+
+import psycopg
+
+from pgcdc.errors import SchemaError, TableError
+
+SCHEMA_VERSION = 1  # bump with every change to sql/; install upgrades older schemas in place
+_LOCK = "select pg_advisory_xact_lock(hashtext('pgcdc.install'))"
+
+
+@dataclass(frozen=True)
+class AttachedTable:
+    """One attached table as recorded in pgcdc.attached."""
+
+    table_id: int
+    name: str
+    key_columns: list[str]
+    key_types: list[str]
+    predicate: str | None
+    shard: int | None
+
+
+@dataclass(frozen=True)
+class TableStats:
+    """Capture-side health of one attached table (pgcdc.stats())."""
+
+    table_name: str
+    table_id: int
+    key_columns: list[str]
+    predicate: str | None
+    shard: int | None
+    consumers: int
+    min_watermark: int | None
+    events: int
+    pending_events: int
+    pending_keys: int
+    oldest_pending: datetime | None
+
+
+def sql_files() -> list[tuple[str, str]]:
+    """The install list: (file name, SQL text) in order."""
+    root = resources.files("pgcdc.sql")
+    names = [line.strip() for line in (root / "install.txt").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    return [(name, (root / name).read_text()) for name in names]
+
+
+def installed_version(conn: psycopg.Connection) -> int | None:
+    """Schema version recorded in pgcdc.meta, or None if pgcdc is not installed."""
+    if conn.execute("select to_regclass('pgcdc.meta')").fetchone()[0] is None:
+        return None
+    row = conn.execute("select value from pgcdc.meta where key = 'schema_version'").fetchone()
+    return int(row[0]) if row else None
+
+
+def require_schema(conn: psycopg.Connection) -> None:
+    """Refuse to work against a missing or mismatched pgcdc schema."""
+    version = installed_version(conn)
+    db = conn.info.dbname
+    if version is None:
+        raise SchemaError(f"pgcdc is not installed in database {db}; run `pgcdc install`")
+    if version != SCHEMA_VERSION:
+        action = "run `pgcdc install` to upgrade it" if version < SCHEMA_VERSION else "upgrade the pgcdc package"
+        raise SchemaError(f"database {db} has pgcdc schema version {version} but this pgcdc needs "
+                          f"{SCHEMA_VERSION}; {action}")
+
+
+def install(conn: psycopg.Connection, partition_size: int | None = None) -> tuple[int | None, int]:
+    """Create or upgrade the schema in one transaction; return (previous version, new version).
+
+    partition_size (txids per queue partition) can only be chosen at the first install.
+    """
+    with conn.transaction():
+        conn.execute(_LOCK)
+        previous = installed_version(conn)
+        if previous is not None and previous > SCHEMA_VERSION:
+            raise SchemaError(f"database {conn.info.dbname} has pgcdc schema version {previous}, newer than this "
+                              f"package's {SCHEMA_VERSION}; upgrade the pgcdc package instead")
+        for name, text in sql_files():
+            try:
+                conn.execute(text)
+            except psycopg.Error as exc:
+                raise SchemaError(f"installing sql/{name} failed: {exc.diag.message_primary or exc}; "
+                                  "nothing was changed") from None
+        if partition_size is not None:
+            current = conn.execute("select value::bigint from pgcdc.meta where key = 'partition_size'").fetchone()[0]
+            if previous is not None and current != partition_size:
+                raise SchemaError(f"the queue partition size is {current}; it can only be set at the first install")
+            conn.execute("update pgcdc.meta set value = %s where key = 'partition_size'", (str(partition_size),))
+        conn.execute("insert into pgcdc.meta values ('schema_version', %s) "
+                     "on conflict (key) do update set value = excluded.value", (str(SCHEMA_VERSION),))
+        # regenerate capture code of attached tables, so an upgrade reaches them
+        conn.execute("select pgcdc._generate_capture(table_id) from pgcdc.attached")
+        conn.execute("select * from pgcdc.maintain()")
+    return previous, SCHEMA_VERSION
+
+
+def uninstall(conn: psycopg.Connection) -> list[str]:
+    """Detach every table and drop the pgcdc schema with its queue; return the detached tables."""
+    with conn.transaction():
+        conn.execute(_LOCK)
+        if installed_version(conn) is None:
+            return []
+        names = [t.name for t in _attached(conn)]
+        conn.execute("select pgcdc.detach(relid) from pgcdc.attached")
+        conn.execute("drop schema pgcdc cascade")
+    return names
+
+
+def resolve_table(conn: psycopg.Connection, name: str) -> str:
+    """The table's canonical name (schema-qualified, quoted as needed); TableError if unknown."""
+    try:
+        row = conn.execute("select to_regclass(%s)::oid", (name,)).fetchone()
+    except psycopg.Error:
+        row = (None,)
+    if row[0] is None:
+        raise TableError(f"table {name} not found in database {conn.info.dbname}; "
+                         'check the name (schema.table; quote mixed case as "Name")')
+    return conn.execute("select format('%%I.%%I', n.nspname, c.relname) from pg_class c "
+                        "join pg_namespace n on n.oid = c.relnamespace where c.oid = %s", (row[0],)).fetchone()[0]
+
+
+def _table_error(exc: psycopg.Error) -> TableError:
+    diag = exc.diag
+    hint = f"; {diag.message_hint}" if diag.message_hint else ""
+    return TableError(f"{diag.message_primary}{hint}")
+
+
+def attach(conn: psycopg.Connection, table: str, key: list[str] | None = None,
+           predicate: str | None = None, shard: int | None = None) -> AttachedTable:
+    """Start capturing `table` (idempotent: re-attaching updates the options)."""
+    require_schema(conn)
+    name = resolve_table(conn, table)
+    try:
+        with conn.transaction():
+            conn.execute(_LOCK)
+            conn.execute("select pgcdc.attach(%s::regclass, %s, %s, %s)", (name, key, predicate, shard))
+    except psycopg.Error as exc:
+        if exc.sqlstate in ("PC001", "PC002", "PC003", "42809"):
+            raise _table_error(exc) from None
+        raise
+    return next(t for t in list_attached(conn) if t.name == name)
+
+
+def detach(conn: psycopg.Connection, table: str) -> bool:
+    """Stop capturing `table`; False if it was not attached."""
+    require_schema(conn)
+    name = resolve_table(conn, table)
+    with conn.transaction():
+        conn.execute(_LOCK)
+        return bool(conn.execute("select pgcdc.detach(%s::regclass)", (name,)).fetchone()[0])
+
+
+def list_attached(conn: psycopg.Connection) -> list[AttachedTable]:
+    """Attached tables, by name."""
+    require_schema(conn)
+    return _attached(conn)
+
+
+def _attached(conn: psycopg.Connection) -> list[AttachedTable]:
+    rows = conn.execute(
+        "select a.table_id, format('%I.%I', n.nspname, c.relname) as name, a.key_columns, a.key_types, "
+        "a.predicate, a.shard from pgcdc.attached a join pg_class c on c.oid = a.relid "
+        "join pg_namespace n on n.oid = c.relnamespace order by name").fetchall()
+    return [AttachedTable(*row) for row in rows]
+
+
+def stats(conn: psycopg.Connection) -> list[TableStats]:
+    """pgcdc.stats() for every attached table."""
+    require_schema(conn)
+    rows = conn.execute("select table_name, table_id, key_columns, predicate, shard, consumers, "
+                        "min_watermark::text::bigint, events, pending_events, pending_keys, oldest_pending "
+                        "from pgcdc.stats()").fetchall()
+    return [TableStats(*row) for row in rows]
+
+
+def queue_size(conn: psycopg.Connection) -> tuple[int, int]:
+    """(partitions, bytes on disk) of the commit queue."""
+    count, size = conn.execute(
+        "select count(*), coalesce(sum(pg_total_relation_size(inhrelid)), 0) from pg_inherits "
+        "where inhparent = 'pgcdc.commit_queue'::regclass").fetchone()
+    return int(count), int(size)
+
+
+def maintain(conn: psycopg.Connection) -> list[tuple[str, str]]:
+    """Create upcoming queue partitions and drop consumed ones; return what was done."""
+    require_schema(conn)
+    return conn.execute("select action, partition_name from pgcdc.maintain()").fetchall()

@@ -1,0 +1,89 @@
+-- pgcdc.attach(tbl, key_columns, predicate, shard): start capturing a table's changes.
+-- Re-attaching an attached table updates its options. Returns the table_id.
+-- Touches: pgcdc.attached, and (through _generate_capture) a capture function and four triggers.
+-- Errors (SQLSTATE): PC001 no primary key, PC002 bad key columns, PC003 bad predicate,
+-- 42809 not a table.
+create or replace function pgcdc.attach(
+    tbl regclass,
+    key_columns text[] default null,
+    predicate text default null,
+    shard int default null
+) returns int
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $fn$
+declare
+    v_cols text[];
+    v_types text[];
+    v_id int;
+begin
+    if (select relkind from pg_class where oid = tbl) not in ('r', 'p') then
+        raise exception using errcode = '42809', message = format('%s is not a table', tbl),
+            hint = 'attach ordinary or partitioned tables only';
+    end if;
+
+    if key_columns is null then
+        select array_agg(a.attname::text order by k.ord), array_agg(format_type(a.atttypid, a.atttypmod) order by k.ord)
+          into v_cols, v_types
+          from pg_index i
+         cross join lateral unnest(i.indkey) with ordinality k(attnum, ord)
+          join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
+         where i.indrelid = tbl and i.indisprimary;
+        if v_cols is null then
+            raise exception using errcode = 'PC001', message = format('table %s has no primary key', tbl),
+                hint = 'add a primary key, or name a unique key (--key col1,col2)';
+        end if;
+    else
+        select array_agg(c order by o), array_agg(format_type(a.atttypid, a.atttypmod) order by o)
+          into v_cols, v_types
+          from unnest(key_columns) with ordinality u(c, o)
+          join pg_attribute a on a.attrelid = tbl and a.attname = u.c and a.attnum > 0 and not a.attisdropped;
+        if coalesce(cardinality(v_cols), 0) <> cardinality(key_columns) or cardinality(key_columns) = 0 then
+            raise exception using errcode = 'PC002',
+                message = format('key columns %s not all found in table %s', array_to_string(key_columns, ', '), tbl),
+                hint = 'name existing columns of the table';
+        end if;
+        -- the key must identify one row: require a unique index on exactly these columns
+        if not exists (
+            select 1 from pg_index i
+             where i.indrelid = tbl and i.indisunique and i.indpred is null and i.indexprs is null
+               and (select array_agg(a.attname::text order by a.attname)
+                      from pg_attribute a where a.attrelid = tbl and a.attnum = any(i.indkey))
+                   = (select array_agg(c order by c) from unnest(key_columns) c)) then
+            raise exception using errcode = 'PC002',
+                message = format('key columns (%s) of table %s have no unique index', array_to_string(key_columns, ', '), tbl),
+                hint = 'create a unique index on them; a key must identify exactly one row';
+        end if;
+        if exists (select 1 from pg_attribute a where a.attrelid = tbl and a.attname = any(key_columns) and not a.attnotnull) then
+            raise exception using errcode = 'PC002',
+                message = format('key columns (%s) of table %s allow nulls', array_to_string(key_columns, ', '), tbl),
+                hint = 'add NOT NULL to the key columns';
+        end if;
+    end if;
+
+    if predicate is not null then
+        if position(';' in predicate) > 0 or predicate ~ '(--|/\*|\$capture\$)' then
+            raise exception using errcode = 'PC003', message = format('predicate for %s must be one SQL expression', tbl),
+                hint = 'no semicolons or comments';
+        end if;
+        begin
+            -- WHERE insists on a boolean expression; limit 0 checks names and types without reading rows
+            execute format('select 1 from %s where (%s) limit 0', tbl, predicate);
+        exception when others then
+            raise exception using errcode = 'PC003',
+                message = format('predicate for %s is not a valid boolean expression on its columns: %s', tbl, sqlerrm),
+                hint = 'use the table''s column names unqualified; qualify function names with their schema';
+        end;
+    end if;
+
+    insert into pgcdc.attached as t (relid, key_columns, key_types, predicate, shard)
+    values (tbl, v_cols, v_types, predicate, shard)
+    on conflict (relid) do update
+        set key_columns = excluded.key_columns, key_types = excluded.key_types,
+            predicate = excluded.predicate, shard = excluded.shard
+    returning t.table_id into v_id;
+
+    perform pgcdc._generate_capture(v_id);
+    return v_id;
+end
+$fn$;
