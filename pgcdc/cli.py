@@ -133,6 +133,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ingest(args: argparse.Namespace) -> int:
+    """Run the ingest job once with a local Spark session."""
+    from pgcdc.ingest import run
+
+    settings = _settings(args)
+    reports = run(settings)
+    if reports:
+        print(f"ingest done for consumer {settings.consumer}: {len(reports)} table(s) in sync up to their watermark")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from pgcdc.demo import run_demo
 
@@ -163,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("detach", cmd_detach, "stop capturing a table")
     p.add_argument("table")
     add("list", cmd_list, "list attached tables")
+    add("ingest", cmd_ingest, "sync attached tables into Delta once (local Spark; see jobs/ingest.py for spark-submit)")
     add("status", cmd_status, "show whether capture and sync are healthy")
     demo = add("demo", cmd_demo, "run the whole path on a throwaway local PostgreSQL and Delta folder")
     demo.add_argument("--lake", default=".demo/lake", help="folder for the demo's Delta tables (recreated)")

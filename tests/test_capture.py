@@ -13,13 +13,6 @@ from pgcdc.cli import main
 from pgcdc.errors import SchemaError, TableError
 
 
-@pytest.fixture
-def db(conn: psycopg.Connection) -> psycopg.Connection:
-    """The test database with pgcdc installed."""
-    capture.install(conn)
-    return conn
-
-
 def events(conn: psycopg.Connection) -> list[tuple[str, str, list[str] | None]]:
     """(op, table, sorted keys) of every queued event, in txid order."""
     rows = conn.execute("select q.op, format('%I.%I', n.nspname, c.relname), q.keys from pgcdc.commit_queue q "
@@ -67,7 +60,24 @@ def test_primary_key_update_captures_old_and_new_key(db: psycopg.Connection) -> 
     db.execute("insert into t values (1, 'a'), (2, 'b')")
     capture.attach(db, "t")
     db.execute("update t set id = id + 10")
-    assert events(db) == [("U", "public.t", ["1", "11", "12", "2"])]
+    db.execute("update t set v = 'c' where id = 11")  # no key change: only the statement event
+    got = events(db)
+    assert all(op == "U" for op, _, _ in got)
+    first = db.execute("select min(txid) from pgcdc.commit_queue").fetchone()[0]
+    keys = db.execute("select array_agg(k order by k) from pgcdc.commit_queue, unnest(keys) k where txid = %s",
+                      (first,)).fetchone()[0]
+    assert keys == ["1", "11", "12", "2"]
+    assert got[-1] == ("U", "public.t", ["11"])
+
+
+@pytest.mark.parametrize("predicate", [None, "v <> 'hidden'"])
+def test_composite_key_change_captures_old_key(db: psycopg.Connection, predicate: str | None) -> None:
+    db.execute("create table t (a int, b text, v text, primary key (a, b))")
+    db.execute("insert into t values (1, 'x', 'a')")
+    capture.attach(db, "t", predicate=predicate)
+    db.execute("update t set b = 'y'")
+    keys = db.execute("select array_agg(k order by k) from pgcdc.commit_queue, unnest(keys) k").fetchone()[0]
+    assert keys == ["{1,x}", "{1,y}"]
 
 
 def test_composite_uuid_and_text_keys(db: psycopg.Connection) -> None:

@@ -13,10 +13,7 @@ begin
     if v_id is null then
         return false;
     end if;
-    execute format('drop trigger if exists pgcdc_capture_ins on %s', tbl);
-    execute format('drop trigger if exists pgcdc_capture_upd on %s', tbl);
-    execute format('drop trigger if exists pgcdc_capture_del on %s', tbl);
-    execute format('drop trigger if exists pgcdc_capture_trunc on %s', tbl);
+    perform pgcdc._drop_capture_triggers(tbl);
     execute format('drop function if exists pgcdc.%I()', 'capture_' || v_id);
     delete from pgcdc.consumer_state where table_id = v_id;
     return true;

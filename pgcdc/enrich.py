@@ -1,0 +1,147 @@
+"""Enrichment: read the current rows for a batch's keys from PostgreSQL through Spark JDBC.
+
+The keys never pass through the driver: each JDBC read runs one query that takes
+the batch's queue rows (Batch.filter_sql), unnests and decodes their keys, keeps
+its hash share of them, and LEFT JOINs the table. A key without a current row
+(or whose row no longer matches the attach predicate) comes back with
+__pgcdc_live = false: a delete.
+
+Column types are mapped so nothing is lost on the way to Delta: types Spark's JDBC
+reader maps exactly are read as they are; the rest (unconstrained or > 38 digit
+numeric, uuid, json/jsonb, enums, intervals, network types, ...) are read as their
+PostgreSQL text form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import psycopg
+from psycopg import sql
+
+from pgcdc.capture import AttachedTable
+from pgcdc.events import Batch
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+LIVE = "__pgcdc_live"
+# Types Spark's PostgreSQL JDBC dialect maps without loss (numeric only with precision <= 38).
+NATIVE = {"int2", "int4", "int8", "float4", "float8", "bool", "text", "varchar", "bpchar", "date",
+          "timestamp", "timestamptz", "bytea", "numeric"}
+NATIVE_ELEMENTS = NATIVE - {"numeric", "bytea"}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a source table, with how it is read."""
+
+    name: str
+    type_sql: str       # format_type(), qualified: used to decode keys
+    base: str           # pg_type.typname of the type or, for arrays, of the element
+    is_array: bool
+    numeric_precision: int | None
+
+    @property
+    def native(self) -> bool:
+        if self.is_array:
+            return self.base in NATIVE_ELEMENTS
+        if self.base == "numeric":
+            return self.numeric_precision is not None and self.numeric_precision <= 38
+        return self.base in NATIVE
+
+    def select(self, expr: str) -> str:
+        """The SQL that reads this column (given as `expr`) in a Spark-safe form."""
+        if self.native:
+            return expr
+        return f"({expr})::text[]" if self.is_array else f"({expr})::text"
+
+
+def table_columns(conn: psycopg.Connection, table: str) -> list[Column]:
+    """The table's live columns in order."""
+    rows = conn.execute(
+        "select a.attname, format_type(a.atttypid, a.atttypmod), "
+        "coalesce(e.typname, t.typname), t.typcategory = 'A', "
+        "case when coalesce(e.typname, t.typname) = 'numeric' and a.atttypmod >= 4 "
+        "     then ((a.atttypmod - 4) >> 16) & 65535 end "
+        "from pg_attribute a join pg_type t on t.oid = a.atttypid left join pg_type e on e.oid = t.typelem "
+        "and t.typcategory = 'A' where a.attrelid = %s::regclass and a.attnum > 0 and not a.attisdropped "
+        "order by a.attnum", (table,)).fetchall()
+    return [Column(*row) for row in rows]
+
+
+def _ident(name: str) -> str:
+    return sql.Identifier(name).as_string(None)
+
+
+def _select_list(columns: list[Column], alias: str, keys: dict[str, str] | None = None) -> str:
+    """Every column in a Spark-safe form; key columns may come from another alias."""
+    keys = keys or {}
+    return ", ".join(f"{c.select(keys.get(c.name, alias) + '.' + _ident(c.name))} as {_ident(c.name)}"
+                     for c in columns)
+
+
+def _decode_key(t: AttachedTable, key: str) -> list[str]:
+    """SQL expressions that turn the queue's text key `key` back into typed key columns."""
+    if len(t.key_columns) == 1:
+        return [f"({key})::{t.key_types[0]}"]
+    return [f"(({key})::text[])[{i + 1}]::{typ}" for i, typ in enumerate(t.key_types)]
+
+
+def enrichment_query(t: AttachedTable, columns: list[Column], batch: Batch, part: int, partitions: int) -> str:
+    """The SQL reading share `part` of `partitions` of one table's batch: its columns plus LIVE."""
+    refs = [_ident(k) for k in t.key_columns]
+    decoded = ", ".join(f"{expr} as {ref}" for expr, ref in zip(_decode_key(t, "u.k"), refs))
+    join = " and ".join(f"t.{ref} = k.{ref}" for ref in refs)
+    predicate = f" where ({t.predicate})" if t.predicate else ""
+    return (
+        f"select {_select_list(columns, 't', {k: 'k' for k in t.key_columns})}, t.{LIVE} is not null as {LIVE} "
+        f"from (select distinct {decoded} from pgcdc.commit_queue q cross join lateral unnest(q.keys) u(k) "
+        f"where {batch.filter_sql('q')} and abs(hashtext(u.k)) % {int(partitions)} = {int(part)}) k "
+        f"left join (select true as {LIVE}, src.* from {t.name} src{predicate}) t on {join}")
+
+
+def copy_query(t: AttachedTable, columns: list[Column], lo_page: int, hi_page: int | None) -> str:
+    """The SQL reading the table's rows in pages [lo_page, hi_page) (open-ended if None): a TID range scan."""
+    where = [f"src.ctid >= '({int(lo_page)},0)'::tid"]
+    if hi_page is not None:
+        where.append(f"src.ctid < '({int(hi_page)},0)'::tid")
+    if t.predicate:
+        where.append(f"({t.predicate})")
+    return f"select {_select_list(columns, 'src')} from {t.name} src where {' and '.join(where)}"
+
+
+def _read(spark: "SparkSession", jdbc: dict[str, str], queries: list[str]) -> "DataFrame":
+    """Union of one single-partition JDBC read per query: each query is read by its own task,
+    with its own connection, so every share can carry its own pushed-down filter."""
+    props = dict(jdbc) | {"fetchsize": "10000", "preferTimestampNTZ": "true"}
+    url = props.pop("url")
+    frames = [spark.read.jdbc(url, f"({q}) pgcdc_q", properties=props) for q in queries]
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other)
+    return df
+
+
+def read_batch(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],
+               batch: Batch, partitions: int) -> "DataFrame":
+    """The batch's rows (and deletes, LIVE = false) as a DataFrame, read in parallel shares."""
+    return _read(spark, jdbc, [enrichment_query(t, columns, batch, p, partitions) for p in range(partitions)])
+
+
+def read_table(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],
+               partitions: int, relpages: int) -> "DataFrame":
+    """Every current row of the table (a first sync), read as `partitions` page ranges.
+
+    The last range is open-ended so rows in pages added meanwhile are not missed.
+    """
+    step = max(1, -(-max(relpages, 1) // partitions))
+    bounds: list[int | None] = [p * step for p in range(partitions)]
+    return _read(spark, jdbc, [copy_query(t, columns, lo, hi) for lo, hi in zip(bounds, bounds[1:] + [None])])
+
+
+def schema_of(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column]) -> "StructType":
+    """The table's Spark schema as the sync reads it (to create the Delta table)."""
+    return _read(spark, jdbc, [f"select {_select_list(columns, 'src')} from {t.name} src where false"]).schema

@@ -1,0 +1,152 @@
+"""Reading the commit queue: which events the next batch of one table applies.
+
+In one read-only REPEATABLE READ transaction on the reader (primary or hot standby):
+txmin = pg_snapshot_xmin(pg_current_snapshot()). Every transaction below txmin has
+ended, so the events below it are final ("strict" part). In out-of-order mode, once
+the strict part has caught up, the visible events at or above txmin are taken too and
+their txids recorded, so the next batches skip them (reference design 003).
+
+A batch is described by txid bounds, not by a key list: the enrichment reads redo the
+same selection with `Batch.filter_sql()`, so keys never pass through the driver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+from pgcdc.state import ConsumerState, TxidSet
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the reader's snapshot says about transactions."""
+
+    txmin: int
+    xmax: int
+    in_progress: tuple[int, ...]  # empty on a hot standby, where it cannot be trusted
+    standby: bool
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The events of one table applied in one batch.
+
+    Strict part: txids in [lo, hi) not in `skip` (already applied out of order).
+    Out-of-order part: the txids in `extra` (all >= hi).
+    """
+
+    table_id: int
+    lo: int
+    hi: int
+    skip: TxidSet
+    extra: TxidSet
+    events: int
+    keys: int
+    truncate: bool
+    caught_up: bool  # nothing left below the snapshot's txmin after this batch
+
+    def filter_sql(self, alias: str = "q") -> str:
+        """SQL condition selecting exactly this batch's queue rows (numbers only: safe to inline)."""
+        def in_ranges(ts: TxidSet) -> str:
+            return " or ".join(f"{alias}.txid between '{lo}'::xid8 and '{hi}'::xid8" for lo, hi in ts.ranges)
+
+        strict = f"{alias}.txid >= '{self.lo}'::xid8 and {alias}.txid < '{self.hi}'::xid8"
+        if self.skip.ranges:
+            strict += f" and not ({in_ranges(self.skip)})"
+        cond = f"({strict})"
+        if self.extra.ranges:
+            cond = f"({cond} or {in_ranges(self.extra)})"
+        return f"{alias}.table_id = {int(self.table_id)} and {cond}"
+
+    def next_state(self, state: ConsumerState) -> ConsumerState:
+        return state.next(self.hi, self.extra)
+
+
+def take_snapshot(conn: psycopg.Connection) -> Snapshot:
+    """Read txmin (and, on a primary, the in-progress txids) in the current transaction."""
+    txmin, xmax, xip, standby = conn.execute(
+        "select pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint, "
+        "array(select x::text::bigint from pg_snapshot_xip(s) x), pg_is_in_recovery() "
+        "from pg_current_snapshot() s").fetchone()
+    return Snapshot(txmin, xmax, () if standby else tuple(xip), standby)
+
+
+def _ranges_between_gaps(txids: list[int], snap: Snapshot) -> TxidSet:
+    """Compress applied txids into ranges. On a primary a range may span txids that had
+    no events, as long as none of them was still running (it could still write); on a
+    standby the running ones are unknown, so only adjacent txids merge."""
+    ranges: list[tuple[int, int]] = []
+    running = sorted(snap.in_progress)
+    for t in txids:
+        if ranges and (t == ranges[-1][1] + 1 or (not snap.standby and
+                                                    not any(ranges[-1][1] < r < t for r in running))):
+            ranges[-1] = (ranges[-1][0], t)
+        else:
+            ranges.append((t, t))
+    return TxidSet(tuple(ranges))
+
+
+_PER_TXID = ("select q.txid::text::bigint, count(*), coalesce(sum(cardinality(q.keys)), 0), bool_or(q.op = 'T') "
+             "from pgcdc.commit_queue q where q.table_id = %s and q.txid >= %s::text::xid8 {upper}"
+             "group by q.txid order by q.txid limit %s")
+
+
+@dataclass
+class _Budget:
+    """Events and keys taken so far against the batch limits."""
+
+    max_events: int
+    max_keys: int
+    events: int = 0
+    keys: int = 0
+    truncate: bool = False
+
+    def take(self, events: int, keys: int, truncate: bool) -> bool:
+        """Add one transaction if it fits (the first one always does); False if it does not."""
+        if self.events and (self.events + events > self.max_events or self.keys + keys > self.max_keys):
+            return False
+        self.events, self.keys, self.truncate = self.events + events, self.keys + keys, self.truncate or truncate
+        return True
+
+
+def _walk(rows: list[tuple[int, int, int, bool]], limit: int, skip: TxidSet, budget: _Budget) -> tuple[list[int], int | None]:
+    """Take transactions in txid order while they fit; return (taken txids, first txid not taken or None)."""
+    taken: list[int] = []
+    for i, (txid, events, keys, truncate) in enumerate(rows):
+        if i == limit:  # past the query limit: what follows is unknown
+            return taken, txid
+        if txid in skip:
+            continue
+        if not budget.take(events, keys, truncate):
+            return taken, txid
+        taken.append(txid)
+    return taken, None
+
+
+def plan_batch(conn: psycopg.Connection, snap: Snapshot, state: ConsumerState, *, out_of_order: bool,
+               max_events: int, max_keys: int) -> Batch | None:
+    """The next batch for the table in `state`, within the snapshot; None if there is nothing to do.
+
+    Whole transactions only: a txid's events are never split across batches. A batch
+    with zero events only moves the watermark (nothing to write).
+    """
+    lo = state.watermark
+    top = max(lo, snap.txmin)  # the watermark never moves back, even if a standby reports a lower xmin
+    budget = _Budget(max_events, max_keys)
+    rows = conn.execute(_PER_TXID.format(upper="and q.txid < %s::text::xid8 "),
+                        (state.table_id, str(lo), str(top), max_events + 1)).fetchall()
+    _, stop = _walk(rows, max_events + 1, state.out_of_order, budget)
+    hi = top if stop is None else stop
+    caught_up = stop is None
+
+    extra: list[int] = []
+    if out_of_order and caught_up:
+        rows = conn.execute(_PER_TXID.format(upper=""), (state.table_id, str(top), max_events + 1)).fetchall()
+        extra, stop = _walk(rows, max_events + 1, state.out_of_order, budget)
+        caught_up = stop is None
+    if budget.events == 0 and hi == lo:
+        return None
+    return Batch(state.table_id, lo, hi, state.out_of_order.at_or_above(lo), _ranges_between_gaps(extra, snap),
+                 budget.events, budget.keys, budget.truncate, caught_up)

@@ -1,0 +1,220 @@
+"""The ingest job: for each table, batch after batch, queue -> enrichment -> MERGE + state.
+
+One run takes every configured table up to the txmin it saw when it started (plus,
+in out-of-order mode, the committed transactions above it) and exits. Runs of the
+same consumer exclude each other through an advisory lock on the primary.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from pgcdc import apply, capture, enrich, events
+from pgcdc.capture import AttachedTable
+from pgcdc.db import connect, jdbc_options
+from pgcdc.errors import BusyError, TableError, TargetError
+from pgcdc.settings import Settings
+from pgcdc.state import ConsumerState, TxidSet, load_state, mirror_state, write_state_file
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclass
+class TableReport:
+    """What one run did to one table."""
+
+    table: str
+    path: str
+    batches: int = 0
+    events: int = 0
+    upserted: int = 0
+    deleted: int = 0
+    copied: int | None = None  # rows of a first sync
+    watermark: int = 0
+    pending_events: int = 0
+
+    def line(self) -> str:
+        what = (f"first sync copied {self.copied} rows" if self.copied is not None else
+                f"{self.events} events in {self.batches} batches")
+        return (f"{self.table}: {what}, {self.upserted} upserted, {self.deleted} deleted; "
+                f"watermark {self.watermark}; {self.pending_events} events pending -> {self.path}")
+
+
+def failpoint(name: str) -> None:
+    """Test hook: PGCDC_FAILPOINT=<name> kills the process here, as a crash would."""
+    if os.environ.get("PGCDC_FAILPOINT") == name:
+        os._exit(99)
+
+
+def system_id(conn: psycopg.Connection) -> str:
+    """The cluster's system identifier: a pg_dump/pg_restore into another cluster changes it
+    (and makes stored txids meaningless). A hot standby shares its primary's."""
+    try:
+        return str(conn.execute("select system_identifier from pg_control_system()").fetchone()[0])
+    except psycopg.errors.InsufficientPrivilege:
+        raise TargetError("the source role may not call pg_control_system(); grant it: "
+                          "GRANT pg_monitor TO <role> (or GRANT EXECUTE ON FUNCTION pg_control_system() TO <role>)"
+                          ) from None
+
+
+def _root(root: str) -> str:
+    """The target root as an absolute path/URI (relative local paths are resolved)."""
+    return root if "://" in root else str(Path(root).resolve())
+
+
+def select_tables(conn: psycopg.Connection, names: list[str]) -> list[AttachedTable]:
+    """The attached tables to sync: the configured ones (all must be attached), else all."""
+    attached = capture.list_attached(conn)
+    if not names:
+        return attached
+    by_name = {t.name: t for t in attached}
+    chosen = []
+    for name in names:
+        canonical = capture.resolve_table(conn, name)
+        if canonical not in by_name:
+            raise TableError(f"table {canonical} is listed in `tables` but not attached; run `pgcdc attach {canonical}`")
+        chosen.append(by_name[canonical])
+    return chosen
+
+
+class Job:
+    """One ingest run for one consumer."""
+
+    def __init__(self, settings: Settings, spark: "SparkSession", say: Callable[[str], None] = print) -> None:
+        self.settings = settings
+        self.spark = spark
+        self.say = say
+        self.reader_dsn = settings.source.replica_dsn or settings.source.dsn
+        self.reader_role = "source.replica_dsn" if settings.source.replica_dsn else "source.dsn"
+
+    def run(self) -> list[TableReport]:
+        s = self.settings
+        with connect(s.source.dsn) as primary, connect(self.reader_dsn, role=self.reader_role) as reader:
+            capture.require_schema(primary)
+            locked = primary.execute("select pg_try_advisory_lock(hashtext('pgcdc.ingest'), hashtext(%s))",
+                                     (s.consumer,)).fetchone()[0]
+            if not locked:
+                raise BusyError(f"another pgcdc ingest for consumer {s.consumer} is running; "
+                                "wait for it to finish (runs of one consumer never overlap)")
+            tables = select_tables(primary, s.tables)
+            if not tables:
+                self.say("no tables attached; run `pgcdc attach SCHEMA.TABLE` first")
+                return []
+            jdbc = jdbc_options(self.reader_dsn, role=self.reader_role)
+            sysid = system_id(reader)
+            reports = [self.sync_table(primary, reader, jdbc, sysid, t) for t in tables]
+            for action, part in capture.maintain(primary):
+                self.say(f"queue: {action} {part}")
+        return reports
+
+    def sync_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
+                   sysid: str, t: AttachedTable) -> TableReport:
+        s = self.settings
+        path = apply.target_path(_root(s.target.root), t.name)
+        report = TableReport(t.name, path)
+        columns = enrich.table_columns(reader, t.name)
+        if not apply.is_delta(self.spark, path):
+            apply.create_table(self.spark, path, enrich.schema_of(self.spark, jdbc, t, columns),
+                               s.consumer, t.name)
+        apply.check_owner(self.spark, path, s.consumer, t.name)
+        state = load_state(self.spark, path, s.consumer)
+        if state is None:
+            state = self.first_sync(primary, reader, jdbc, sysid, t, columns, path, report)
+        self.check_state(state, sysid, t, path)
+
+        start_txmin = None
+        while True:
+            with reader.transaction():
+                reader.execute("set transaction isolation level repeatable read, read only")
+                snap = events.take_snapshot(reader)
+                batch = events.plan_batch(reader, snap, state, out_of_order=s.ingest.mode == "out_of_order",
+                                          max_events=s.ingest.max_events_per_batch,
+                                          max_keys=s.ingest.max_keys_per_batch)
+            start_txmin = snap.txmin if start_txmin is None else start_txmin
+            if batch is None:
+                break
+            if batch.events == 0:
+                # nothing of this table below the new watermark: no Delta commit; the mirror
+                # may move ahead (the events it lets retention drop were not this table's)
+                state = replace(batch.next_state(state), batch=state.batch, run_id=state.run_id)
+                mirror_state(primary, state, path)
+            else:
+                state = self.apply_batch(primary, jdbc, t, columns, batch, state, path, report)
+            if batch.caught_up or state.watermark >= start_txmin:
+                break
+        report.watermark = state.watermark
+        report.pending_events = self.pending(reader, state)
+        self.say(report.line())
+        return report
+
+    def first_sync(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], sysid: str,
+                   t: AttachedTable, columns: list[enrich.Column], path: str, report: TableReport) -> ConsumerState:
+        """Copy the whole table. The watermark is the txmin taken *before* the copy: every
+        change after it is in the queue and re-applied, so the copy needs no single snapshot."""
+        with reader.transaction():
+            reader.execute("set transaction isolation level repeatable read, read only")
+            snap = events.take_snapshot(reader)
+            relpages = reader.execute("select greatest(relpages, 1) from pg_class where oid = %s::regclass",
+                                      (t.name,)).fetchone()[0]
+        self.say(f"{t.name}: first sync, copying the table ({relpages} pages) ...")
+        rows = enrich.read_table(self.spark, jdbc, t, columns, self.settings.ingest.jdbc_partitions, relpages)
+        state = ConsumerState(self.settings.consumer, t.name, t.table_id, sysid, snap.txmin).next(snap.txmin, TxidSet())
+        written = apply.overwrite(self.spark, path, rows, state)
+        self.committed(primary, path, state)
+        report.copied = written.upserted
+        report.upserted += written.upserted
+        return state
+
+    def apply_batch(self, primary: psycopg.Connection, jdbc: dict[str, str], t: AttachedTable,
+                    columns: list[enrich.Column], batch: events.Batch, state: ConsumerState, path: str,
+                    report: TableReport) -> ConsumerState:
+        rows = enrich.read_batch(self.spark, jdbc, t, columns, batch, self.settings.ingest.jdbc_partitions)
+        target = self.spark.read.format("delta").load(path).schema
+        added = apply.check_schema(target, rows.schema, path, t.name)
+        if added:
+            apply.add_columns(self.spark, path, rows.schema, added)
+            self.say(f"{t.name}: new column(s) {', '.join(added)} added to {path}")
+        new_state = batch.next_state(state)
+        failpoint("before-merge")
+        written = apply.merge(self.spark, path, rows, t.key_columns, new_state, batch.truncate)
+        failpoint("after-merge")
+        self.committed(primary, path, new_state)
+        report.batches += 1
+        report.events += batch.events
+        report.upserted += written.upserted
+        report.deleted += written.deleted
+        return new_state
+
+    def committed(self, primary: psycopg.Connection, path: str, state: ConsumerState) -> None:
+        """After a Delta commit: copy the state next to the table and into PostgreSQL."""
+        write_state_file(self.spark, path, state)
+        mirror_state(primary, state, path)
+
+    def check_state(self, state: ConsumerState, sysid: str, t: AttachedTable, path: str) -> None:
+        if state.system_id != sysid:
+            raise TargetError(f"{path} was synced from another PostgreSQL cluster (system id {state.system_id}, now "
+                              f"{sysid}); after a restore txids restart: run `pgcdc reset-watermark {t.name}`")
+        if state.table_id != t.table_id:
+            raise TargetError(f"{t.name} was detached and attached again since {path} was last synced; changes in "
+                              f"between were not captured: run `pgcdc resync {t.name}`")
+
+    def pending(self, reader: psycopg.Connection, state: ConsumerState) -> int:
+        """Events of the table not applied yet (above the watermark, outside the out-of-order set)."""
+        rows = reader.execute("select q.txid::text::bigint, count(*) from pgcdc.commit_queue q "
+                              "where q.table_id = %s and q.txid >= %s::text::xid8 group by 1",
+                              (state.table_id, str(state.watermark))).fetchall()
+        return sum(n for txid, n in rows if txid not in state.out_of_order)
+
+
+def run(settings: Settings, spark: "SparkSession | None" = None, say: Callable[[str], None] = print) -> list[TableReport]:
+    """Run the ingest job once (creates a local Spark session unless given one)."""
+    from pgcdc.spark import get_session
+
+    return Job(settings, spark or get_session(settings.spark), say).run()

@@ -1,0 +1,201 @@
+"""Consumer state: what a consumer has applied to one Delta table, and where it is kept.
+
+State = (watermark, out_of_order): every event with txid < watermark is applied, and
+so are the events of the txids in out_of_order (all >= watermark). It is committed in
+the same Delta commit as the data it describes:
+
+- Delta's idempotent-write `txn` action (appId "pgcdc:<consumer>", version = batch
+  number) marks the commit; it survives checkpoints and log cleanup;
+- the full state rides in that commit's commitInfo.userMetadata;
+- after the commit it is copied to <table>/_pgcdc/<consumer>.json (VACUUM skips
+  folders starting with "_"), so it outlives log retention, and mirrored into
+  PostgreSQL (pgcdc.consumer_state) for status and queue retention.
+
+On start the batch number in the txn action is the truth; the state is taken from the
+file if it holds that batch, else from the commitInfo of that commit.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from pgcdc.errors import TargetError
+
+if TYPE_CHECKING:
+    import psycopg
+    from pyspark.sql import SparkSession
+
+STATE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class TxidSet:
+    """A set of txids stored as sorted, disjoint, inclusive ranges: compact while a long
+    transaction holds the watermark back and many others commit above it."""
+
+    ranges: tuple[tuple[int, int], ...] = ()
+
+    @classmethod
+    def of(cls, ranges: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> "TxidSet":
+        merged: list[tuple[int, int]] = []
+        for lo, hi in sorted(ranges):
+            if merged and lo <= merged[-1][1] + 1:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+            else:
+                merged.append((lo, hi))
+        return cls(tuple(merged))
+
+    def __contains__(self, txid: int) -> bool:
+        return any(lo <= txid <= hi for lo, hi in self.ranges)
+
+    def __len__(self) -> int:
+        return sum(hi - lo + 1 for lo, hi in self.ranges)
+
+    def union(self, other: "TxidSet") -> "TxidSet":
+        return TxidSet.of(self.ranges + other.ranges)
+
+    def at_or_above(self, txid: int) -> "TxidSet":
+        """The part of the set at or above txid (what is still needed once the watermark reaches it)."""
+        return TxidSet(tuple((max(lo, txid), hi) for lo, hi in self.ranges if hi >= txid))
+
+    def encode(self) -> str:
+        return ",".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges)
+
+    @classmethod
+    def decode(cls, text: str) -> "TxidSet":
+        ranges = []
+        for part in filter(None, text.split(",")):
+            lo, _, hi = part.partition("-")
+            ranges.append((int(lo), int(hi or lo)))
+        return cls.of(ranges)
+
+
+@dataclass(frozen=True)
+class ConsumerState:
+    """The state of one consumer for one table, as committed with batch number `batch`."""
+
+    consumer: str
+    table: str
+    table_id: int
+    system_id: str
+    watermark: int
+    out_of_order: TxidSet = field(default_factory=TxidSet)
+    batch: int = 0
+    run_id: str = ""
+
+    def next(self, watermark: int, applied_above: TxidSet) -> "ConsumerState":
+        """The state after one more batch: the watermark only ever moves up."""
+        wm = max(self.watermark, watermark)
+        ooo = self.out_of_order.union(applied_above).at_or_above(wm)
+        while ooo.ranges and ooo.ranges[0][0] == wm:  # the watermark swallows a range that starts at it
+            wm = ooo.ranges[0][1] + 1
+            ooo = ooo.at_or_above(wm)
+        return replace(self, watermark=wm, out_of_order=ooo, batch=self.batch + 1, run_id=uuid.uuid4().hex)
+
+    def to_json(self) -> str:
+        return json.dumps({"pgcdc_state": STATE_FORMAT, "consumer": self.consumer, "table": self.table,
+                           "table_id": self.table_id, "system_id": self.system_id, "watermark": self.watermark,
+                           "out_of_order": self.out_of_order.encode(), "batch": self.batch, "run_id": self.run_id},
+                          sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ConsumerState | None":
+        """Parse a state; None if the text is not a pgcdc state (someone else's userMetadata)."""
+        try:
+            d = json.loads(text)
+        except (TypeError, ValueError):
+            return None
+        if not isinstance(d, dict) or d.get("pgcdc_state") != STATE_FORMAT:
+            return None
+        return cls(consumer=d["consumer"], table=d["table"], table_id=int(d["table_id"]), system_id=d["system_id"],
+                   watermark=int(d["watermark"]), out_of_order=TxidSet.decode(d["out_of_order"]),
+                   batch=int(d["batch"]), run_id=d.get("run_id", ""))
+
+
+def app_id(consumer: str) -> str:
+    """The Delta txn appId of a consumer."""
+    return f"pgcdc:{consumer}"
+
+
+def committed_batch(spark: "SparkSession", path: str, consumer: str) -> int | None:
+    """The batch number of the consumer's last commit to the Delta table (its txn version), or None."""
+    jvm = spark._jvm
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    snapshot = log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+    if snapshot.version() < 0:
+        return None
+    found = snapshot.transactions().get(app_id(consumer))
+    return int(found.get()) if found.isDefined() else None
+
+
+def _state_file(spark: "SparkSession", path: str, consumer: str):
+    jvm = spark._jvm
+    file = jvm.org.apache.hadoop.fs.Path(f"{path.rstrip('/')}/_pgcdc/{consumer}.json")
+    return file, file.getFileSystem(spark._jsc.hadoopConfiguration())
+
+
+def write_state_file(spark: "SparkSession", path: str, state: ConsumerState) -> None:
+    """Copy the committed state next to the table (via Hadoop FS, so object stores work too)."""
+    file, fs = _state_file(spark, path, state.consumer)
+    out = fs.create(file, True)
+    try:
+        out.write(bytearray(state.to_json().encode()))
+    finally:
+        out.close()
+
+
+def read_state_file(spark: "SparkSession", path: str, consumer: str) -> ConsumerState | None:
+    file, fs = _state_file(spark, path, consumer)
+    if not fs.exists(file):
+        return None
+    stream = fs.open(file)
+    try:
+        text = spark._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+    return ConsumerState.from_json(text)
+
+
+def state_from_history(spark: "SparkSession", path: str, consumer: str, batch: int) -> ConsumerState | None:
+    """Find the state of `batch` in the commitInfo of the table's recent commits."""
+    from delta.tables import DeltaTable
+
+    rows = DeltaTable.forPath(spark, path).history().select("userMetadata").collect()
+    for row in rows:  # newest first
+        state = ConsumerState.from_json(row.userMetadata) if row.userMetadata else None
+        if state and state.consumer == consumer and state.batch == batch:
+            return state
+    return None
+
+
+def load_state(spark: "SparkSession", path: str, consumer: str) -> ConsumerState | None:
+    """The consumer's committed state for the table at `path`, or None before its first sync.
+
+    Repairs the state file when a crash hit between the Delta commit and the file write.
+    """
+    batch = committed_batch(spark, path, consumer)
+    if batch is None:
+        return None
+    state = read_state_file(spark, path, consumer)
+    if state is not None and state.batch == batch:
+        return state
+    state = state_from_history(spark, path, consumer, batch)
+    if state is None:
+        raise TargetError(f"Delta table {path} records batch {batch} of consumer {consumer} but its state is "
+                          f"neither in _pgcdc/{consumer}.json nor in the commit history; "
+                          "run `pgcdc resync` for this table to rebuild it")
+    write_state_file(spark, path, state)
+    return state
+
+
+def mirror_state(conn: "psycopg.Connection", state: ConsumerState, target: str) -> None:
+    """Copy the state into PostgreSQL (pgcdc.consumer_state) for status and queue retention."""
+    conn.execute(
+        "insert into pgcdc.consumer_state (consumer, table_id, target, watermark, out_of_order, batch, updated_at) "
+        "values (%s, %s, %s, %s::text::xid8, %s, %s, now()) on conflict (consumer, table_id) do update set "
+        "target = excluded.target, watermark = greatest(pgcdc.consumer_state.watermark, excluded.watermark), "
+        "out_of_order = excluded.out_of_order, batch = excluded.batch, updated_at = now()",
+        (state.consumer, state.table_id, target, str(state.watermark), state.out_of_order.encode(), state.batch))
