@@ -23,3 +23,158 @@ def test_first_sync_then_inserts_updates_deletes(db: psycopg.Connection, syncer)
     assert (report.events, report.upserted, report.deleted, report.pending_events) == (3, 6, 5, 0)
     syncer.assert_equal("public.t")
     assert syncer.delta("public.t").count() == 46
+
+
+def _writer(dsn: str) -> psycopg.Connection:
+    return psycopg.connect(dsn, autocommit=True)
+
+
+def test_key_changes_composite_and_uuid_keys(db: psycopg.Connection, syncer) -> None:
+    db.execute("create table c (region text, n int, v text, primary key (region, n))")
+    db.execute("create table u (id uuid primary key default gen_random_uuid(), v text)")
+    db.execute("insert into c values ('eu', 1, 'a'), ('us', 2, 'b'), ('it''s, \"x\"', 3, 'c')")
+    db.execute("insert into u (v) select 'v' || i from generate_series(1, 5) i")
+    capture.attach(db, "c")
+    capture.attach(db, "u")
+    syncer.run()
+    db.execute("update c set n = n + 10 where region = 'eu'")  # key change: old key deleted, new inserted
+    db.execute("update c set region = 'asia' where n = 3")
+    db.execute("update u set id = gen_random_uuid() where v = 'v1'")
+    db.execute("delete from u where v = 'v2'")
+    db.execute("insert into c values ('eu', 1, 'reused old key')")
+    syncer.run()
+    syncer.assert_equal("public.c")
+    syncer.assert_equal("public.u")
+    assert sorted((r.region, r.n) for r in syncer.delta("public.c").collect()) == [
+        ("asia", 3), ("eu", 1), ("eu", 11), ("us", 2)]
+
+
+def test_every_listed_type_round_trips(db: psycopg.Connection, syncer) -> None:
+    db.execute("create type mood as enum ('sad', 'happy')")
+    db.execute("""create table t (
+        id int primary key, i2 smallint, i8 bigint, n numeric(12,3), big numeric, txt text, vc varchar(10),
+        b boolean, d date, ts timestamp, tstz timestamptz, u uuid, j jsonb, ints int[], texts text[],
+        raw bytea, m mood, f float8)""")
+    capture.attach(db, "t")
+    syncer.run()
+    db.execute("""insert into t values (
+        1, 7, 9223372036854775807, 123456789.123, 123456789012345678901234567890.123456789012345678901234,
+        'tëxt', 'short', true, '2024-02-29', '2024-02-29 12:34:56.789', '2024-02-29 12:34:56+05',
+        '00000000-0000-0000-0000-00000000000a', '{"a": [1, 2.5, null]}', '{1,2,3}', '{"a b",NULL}',
+        '\\x00ff10', 'happy', 1.5)""")
+    db.execute("insert into t (id) values (2)")
+    syncer.run()
+    syncer.assert_equal("public.t")
+    row = syncer.delta("public.t").where("id = 1").collect()[0]
+    from datetime import date, datetime
+    from decimal import Decimal
+
+    assert row.i8 == 9223372036854775807 and row.n == Decimal("123456789.123")
+    assert row.big == "123456789012345678901234567890.123456789012345678901234"  # unconstrained: exact text
+    assert (row.txt, row.vc, row.b, row.d) == ("tëxt", "short", True, date(2024, 2, 29))
+    assert row.ts == datetime(2024, 2, 29, 12, 34, 56, 789000)  # timestamp without time zone: as written
+    assert row.tstz == datetime(2024, 2, 29, 7, 34, 56) or row.tstz.isoformat().startswith("2024-02-29")
+    assert row.u == "00000000-0000-0000-0000-00000000000a" and row.m == "happy"
+    assert row.j == '{"a": [1, 2.5, null]}'
+    assert (row.ints, row.texts, bytes(row.raw), row.f) == ([1, 2, 3], ["a b", None], b"\x00\xff\x10", 1.5)
+
+
+def test_long_transaction_strict_waits_out_of_order_does_not(db: psycopg.Connection, syncer, dsn: str,
+                                                            tmp_path) -> None:
+    from fixtures.ingest import Syncer
+
+    db.execute("create table t (id int primary key, v text)")
+    capture.attach(db, "t")
+    strict = Syncer(syncer.spark, dsn, tmp_path / "strict")
+    strict.run(consumer="strict", mode="strict")
+    syncer.run(consumer="ooo")
+    with _writer(dsn) as long_tx, _writer(dsn) as other:
+        long_tx.execute("begin")
+        long_tx.execute("insert into t values (1, 'long')")  # open: holds txmin back
+        other.execute("insert into t values (2, 'quick')")
+        other.execute("update t set v = 'quick2' where id = 2")
+        s = strict.run(consumer="strict", mode="strict")["public.t"]
+        o = syncer.run(consumer="ooo")["public.t"]
+        assert (s.events, s.pending_events) == (0, 2)  # strict waits for the long transaction
+        assert (o.events, o.pending_events) == (2, 0)  # out-of-order applies the others now
+        assert strict.delta("public.t").count() == 0
+        assert sorted((r.id, r.v) for r in syncer.delta("public.t").collect()) == [(2, "quick2")]
+        long_tx.execute("commit")
+    o = syncer.run(consumer="ooo")["public.t"]
+    assert o.events == 1  # only the long transaction's event: the others are not applied twice
+    syncer.assert_equal("public.t")
+    s = strict.run(consumer="strict", mode="strict")["public.t"]
+    assert s.events == 3
+    strict.assert_equal("public.t")
+    with psycopg.connect(dsn) as c:
+        states = dict(c.execute("select consumer, out_of_order from pgcdc.consumer_state").fetchall())
+    assert states == {"strict": "", "ooo": ""}  # out-of-order set emptied once the watermark passed
+
+
+def test_aborted_transactions_leave_no_trace(db: psycopg.Connection, syncer, dsn: str) -> None:
+    db.execute("create table t (id int primary key, v text)")
+    db.execute("insert into t values (1, 'a')")
+    capture.attach(db, "t")
+    syncer.run()
+    with _writer(dsn) as w:
+        w.execute("begin")
+        w.execute("update t set v = 'aborted'")
+        w.execute("insert into t values (2, 'aborted')")
+        w.execute("rollback")
+        w.execute("insert into t values (3, 'kept')")
+    report = syncer.run()["public.t"]
+    assert report.events == 1
+    syncer.assert_equal("public.t")
+
+
+def test_rerun_with_nothing_new_writes_nothing(db: psycopg.Connection, syncer) -> None:
+    db.execute("create table t (id int primary key)")
+    db.execute("create table other (id int primary key)")
+    capture.attach(db, "t")
+    capture.attach(db, "other")
+    db.execute("insert into t values (1)")
+    syncer.run()
+    before = syncer.commits("public.t")
+    db.execute("insert into other values (1)")  # other tables' traffic moves txids along
+    report = syncer.run()["public.t"]
+    assert (report.events, report.batches) == (0, 0)
+    assert syncer.commits("public.t") == before
+
+
+def test_truncate_empties_the_target_and_keeps_later_rows(db: psycopg.Connection, syncer) -> None:
+    db.execute("create table t (id int primary key)")
+    db.execute("insert into t select generate_series(1, 10)")
+    capture.attach(db, "t")
+    syncer.run()
+    with db.transaction():
+        db.execute("truncate t")
+        db.execute("insert into t values (5), (50)")
+    db.execute("insert into t values (60)")
+    syncer.run()
+    syncer.assert_equal("public.t")
+    assert syncer.delta("public.t").count() == 3
+
+
+def test_predicate_rows_leaving_it_are_deleted(db: psycopg.Connection, syncer) -> None:
+    db.execute("create table t (id int primary key, status text)")
+    db.execute("insert into t values (1, 'live'), (2, 'draft'), (3, 'live')")
+    capture.attach(db, "t", predicate="status = 'live'")
+    syncer.run()
+    assert sorted(r.id for r in syncer.delta("public.t").collect()) == [1, 3]
+    db.execute("update t set status = 'draft' where id = 1")
+    db.execute("update t set status = 'live' where id = 2")
+    syncer.run()
+    assert sorted(r.id for r in syncer.delta("public.t").collect()) == [2, 3]
+    syncer.assert_equal("public.t")
+
+
+def test_small_batches_give_the_same_result(db: psycopg.Connection, syncer) -> None:
+    db.execute("create table t (id int primary key, v int)")
+    capture.attach(db, "t")
+    syncer.run()
+    for i in range(12):
+        db.execute("insert into t values (%s, 0)", (i,))
+        db.execute("update t set v = v + 1 where id <= %s", (i,))
+    report = syncer.run(max_events_per_batch=5, jdbc_partitions=2)["public.t"]
+    assert report.batches == 5 and report.events == 24
+    syncer.assert_equal("public.t")

@@ -1,0 +1,163 @@
+"""Crashes, other writers, bad targets, concurrency: the promise holds or the job refuses clearly."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgcdc import capture
+from pgcdc.errors import BusyError, TargetError
+
+
+def _config(syncer, tmp_path: Path, consumer: str = "test") -> Path:
+    cfg = tmp_path / "pgcdc.toml"
+    cfg.write_text(f'consumer = "{consumer}"\n[source]\ndsn = "{syncer.dsn}"\n[target]\nroot = "{syncer.root}"\n'
+                   '[ingest]\njdbc_partitions = 2\n')
+    return cfg
+
+
+@pytest.mark.slow
+def test_killed_after_merge_then_rerun_applies_each_change_once(db: psycopg.Connection, syncer, tmp_path: Path) -> None:
+    db.execute("create table t (id int primary key, n int)")
+    db.execute("insert into t values (1, 0)")
+    capture.attach(db, "t")
+    syncer.run()
+    db.execute("update t set n = n + 1")
+    db.execute("insert into t values (2, 0)")
+    cfg = _config(syncer, tmp_path)
+    env = os.environ | {"PGCDC_FAILPOINT": "after-merge"}
+    proc = subprocess.run([sys.executable, "-m", "pgcdc", "--config", str(cfg), "ingest"], env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 99, proc.stderr[-2000:]  # died right after the Delta commit
+    assert syncer.delta("public.t").count() == 2  # the MERGE was committed ...
+    with psycopg.connect(syncer.dsn) as c:  # ... but neither the state file nor the mirror were written
+        assert c.execute("select batch from pgcdc.consumer_state").fetchone()[0] == 1
+    commits = syncer.commits("public.t")
+
+    db.execute("update t set n = n + 1 where id = 2")
+    # the re-run goes through spark-submit, the entry point users schedule
+    venv_bin = str(Path(sys.executable).parent)
+    env = os.environ | {"PATH": venv_bin + os.pathsep + os.environ["PATH"], "PYSPARK_PYTHON": sys.executable}
+    proc = subprocess.run([shutil.which("spark-submit", path=venv_bin), "--properties-file", "conf/spark-defaults.conf",
+                           "jobs/ingest.py", "--config", str(cfg)], capture_output=True, text=True, env=env,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "public.t: 1 events in 1 batches, 1 upserted, 0 deleted" in proc.stdout
+    assert syncer.commits("public.t") == commits + 1  # only the new change was merged
+    syncer.assert_equal("public.t")
+    with psycopg.connect(syncer.dsn) as c:
+        assert c.execute("select batch from pgcdc.consumer_state").fetchone()[0] == 3
+
+
+def test_crash_before_merge_redoes_the_batch(db: psycopg.Connection, syncer, monkeypatch) -> None:
+    db.execute("create table t (id int primary key)")
+    capture.attach(db, "t")
+    syncer.run()
+    db.execute("insert into t values (1), (2)")
+    import pgcdc.ingest
+
+    def crash(name: str) -> None:
+        if name == "before-merge":
+            raise KeyboardInterrupt("simulated crash")
+    monkeypatch.setattr(pgcdc.ingest, "failpoint", crash)
+    with pytest.raises(KeyboardInterrupt):
+        syncer.run()
+    monkeypatch.undo()
+    assert syncer.delta("public.t").count() == 0
+    assert syncer.run()["public.t"].events == 1
+    syncer.assert_equal("public.t")
+
+
+def test_state_survives_other_writers_checkpoints_vacuum_and_log_cleanup(db: psycopg.Connection, syncer) -> None:
+    db.execute("create table t (id int primary key, v text)")
+    db.execute("insert into t select i, 'x' from generate_series(1, 20) i")
+    capture.attach(db, "t")
+    syncer.run()
+    db.execute("update t set v = 'y' where id < 5")
+    syncer.run()
+    path = syncer.path("public.t")
+    spark = syncer.spark
+    spark.sql(f"optimize delta.`{path}`")  # another writer: compaction commit without our txn
+    spark.sql(f"alter table delta.`{path}` set tblproperties ('owner.note' = 'x')")
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    spark.sql(f"vacuum delta.`{path}` retain 0 hours")
+    jvm = spark._jvm
+    jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).checkpoint()
+    for f in Path(path, "_delta_log").glob("*.json"):  # log cleanup: every commit JSON before the checkpoint
+        if int(f.stem) < int(sorted(Path(path, "_delta_log").glob("*.checkpoint.parquet"))[-1].name[:20]):
+            f.unlink()
+    db.execute("delete from t where id = 1")
+    report = syncer.run()["public.t"]
+    assert (report.events, report.deleted) == (1, 1)
+    syncer.assert_equal("public.t")
+
+
+def test_state_file_lost_is_rebuilt_from_the_commit(db: psycopg.Connection, syncer) -> None:
+    db.execute("create table t (id int primary key)")
+    capture.attach(db, "t")
+    syncer.run()
+    db.execute("insert into t values (1)")
+    syncer.run()
+    state_file = Path(syncer.path("public.t"), "_pgcdc", "test.json")
+    state_file.unlink()
+    db.execute("insert into t values (2)")
+    assert syncer.run()["public.t"].events == 1
+    assert state_file.exists()
+    syncer.assert_equal("public.t")
+
+
+def test_target_of_another_consumer_or_not_pgcdc_is_refused(db: psycopg.Connection, syncer) -> None:
+    db.execute("create table t (id int primary key)")
+    capture.attach(db, "t")
+    syncer.run(consumer="a")
+    with pytest.raises(TargetError, match="belongs to consumer a .*not to consumer b"):
+        syncer.run(consumer="b")
+    db.execute("create table u (id int primary key)")
+    capture.attach(db, "u")
+    syncer.spark.range(3).write.format("delta").save(syncer.path("public.u"))
+    before = syncer.commits("public.u")
+    with pytest.raises(TargetError, match="was not created by pgcdc"):
+        syncer.run(consumer="a", tables=["u"])
+    assert syncer.commits("public.u") == before
+
+
+def test_second_concurrent_run_is_refused(db: psycopg.Connection, syncer, dsn: str) -> None:
+    db.execute("create table t (id int primary key)")
+    capture.attach(db, "t")
+    with psycopg.connect(dsn, autocommit=True) as other:  # stands in for a running job of the consumer
+        other.execute("select pg_advisory_lock(hashtext('pgcdc.ingest'), hashtext('test'))")
+        with pytest.raises(BusyError, match="another pgcdc ingest for consumer test is running"):
+            syncer.run()
+    syncer.run()
+
+
+def test_unattached_configured_table_is_refused(db: psycopg.Connection, syncer) -> None:
+    from pgcdc.errors import TableError
+
+    db.execute("create table t (id int primary key)")
+    with pytest.raises(TableError, match=r"table public.t is listed in `tables` but not attached; run `pgcdc attach"):
+        syncer.run(tables=["t"])
+
+
+def test_added_column_appears_dropped_column_is_refused(db: psycopg.Connection, syncer) -> None:
+    db.execute("create table t (id int primary key, a text)")
+    db.execute("insert into t values (1, 'x')")
+    capture.attach(db, "t")
+    syncer.run()
+    db.execute("alter table t add column b int")
+    db.execute("insert into t values (2, 'y', 7)")
+    syncer.run()
+    syncer.assert_equal("public.t")
+    assert syncer.delta("public.t").where("id = 1").collect()[0].b is None
+    db.execute("alter table t drop column a")
+    db.execute("update t set b = 8")
+    commits = syncer.commits("public.t")
+    with pytest.raises(TargetError, match=r"column\(s\) a of .* no longer exist in public.t; run `pgcdc resync"):
+        syncer.run()
+    assert syncer.commits("public.t") == commits
