@@ -35,10 +35,14 @@ class Written:
 
 
 def target_path(root: str, table: str) -> str:
-    """Where a table lands: <root>/<schema>.<table>, names as in PostgreSQL (unquoted)."""
+    """Where a table lands: <root>/<schema>.<table>, names as in PostgreSQL (unquoted);
+    a relative local root is taken from the current directory."""
+    from pathlib import Path
+
     schema, name = _split(table)
     folder = f"{schema}.{name}".replace("/", "%2F")
-    return f"{root.rstrip('/')}/{folder}"
+    base = root if "://" in root else str(Path(root).resolve())
+    return f"{base.rstrip('/')}/{folder}"
 
 
 def _split(table: str) -> tuple[str, str]:
@@ -140,8 +144,8 @@ def _last_commit(spark: "SparkSession", path: str, state: ConsumerState) -> Writ
 
 def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState) -> Written:
     """Replace the table's contents (first sync or resync) in one commit carrying the state."""
-    with state_commit(spark, state):
-        rows.write.format("delta").mode("overwrite").save(path)
+    with state_commit(spark, state):  # overwriteSchema: a resync takes the source's current columns
+        rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
     return _last_commit(spark, path, state)
 
 

@@ -144,6 +144,32 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_resync(args: argparse.Namespace) -> int:
+    """Copy tables again from scratch."""
+    from pgcdc.ingest import resync
+
+    reports = resync(_settings(args), args.tables)
+    print(f"resynced {len(reports)} table(s); later changes follow with `pgcdc ingest`")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Compare Delta tables with PostgreSQL; exit 1 if any differs."""
+    from pgcdc.db import connect, jdbc_options
+    from pgcdc.ingest import select_tables
+    from pgcdc.spark import get_session
+    from pgcdc.verify import verify
+
+    settings = _settings(args)
+    with connect(settings.source.dsn) as conn:
+        tables = select_tables(conn, args.tables or settings.tables)
+        results = verify(get_session(settings.spark), conn, jdbc_options(settings.source.dsn),
+                         settings.target.root, tables)
+    for r in results:
+        print(r.line())
+    return 0 if all(r.equal for r in results) else 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from pgcdc.demo import run_demo
 
@@ -175,6 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("table")
     add("list", cmd_list, "list attached tables")
     add("ingest", cmd_ingest, "sync attached tables into Delta once (local Spark; see jobs/ingest.py for spark-submit)")
+    p = add("resync", cmd_resync, "copy tables into Delta again from scratch (after re-attach, restore, schema change)")
+    p.add_argument("tables", nargs="+", metavar="TABLE")
+    p = add("verify", cmd_verify, "compare Delta tables with PostgreSQL row by row (exit 1 if any differs)")
+    p.add_argument("tables", nargs="*", metavar="TABLE", help="default: the configured (or all attached) tables")
     add("status", cmd_status, "show whether capture and sync are healthy")
     demo = add("demo", cmd_demo, "run the whole path on a throwaway local PostgreSQL and Delta folder")
     demo.add_argument("--lake", default=".demo/lake", help="folder for the demo's Delta tables (recreated)")

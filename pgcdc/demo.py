@@ -1,4 +1,8 @@
-"""`pgcdc demo`: the whole path on a throwaway PostgreSQL and a local Delta folder."""
+"""`pgcdc demo`: the whole path on a throwaway PostgreSQL, local Spark and a local Delta folder.
+
+Sample schema -> install -> attach -> writes -> ingest (first sync) -> more writes
+(inserts, updates, deletes, a key change) -> ingest -> verify Delta equals PostgreSQL.
+"""
 
 from __future__ import annotations
 
@@ -6,22 +10,43 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from pgcdc import capture
 from pgcdc.db import connect, jdbc_options
+from pgcdc.errors import PgcdcError
+from pgcdc.ingest import run, select_tables
 from pgcdc.localpg import LocalPostgres
+from pgcdc.settings import Settings
+from pgcdc.status import capture_status
+from pgcdc.verify import verify
 
 SAMPLE_SCHEMA = """
 create schema shop;
-create table shop.customers (id bigint primary key, name text not null, email text, created_at timestamptz default now());
+create table shop.customers (id bigint primary key, name text not null, email text, vip boolean default false,
+                             created_at timestamptz default now());
 create table shop.orders (
     id uuid primary key default gen_random_uuid(),
-    customer_id bigint not null references shop.customers(id),
+    customer_id bigint not null references shop.customers(id) on delete cascade on update cascade,
     amount numeric(12,2) not null,
-    status text not null default 'new'
+    status text not null default 'new',
+    items jsonb
 );
 insert into shop.customers (id, name, email)
     select i, 'customer ' || i, 'c' || i || '@example.com' from generate_series(1, 100) i;
-insert into shop.orders (customer_id, amount)
-    select 1 + i % 100, (i * 7 % 1000) / 10.0 from generate_series(1, 500) i;
+insert into shop.orders (customer_id, amount, items)
+    select 1 + i % 100, (i * 7 % 1000) / 10.0, jsonb_build_array(jsonb_build_object('sku', i % 13, 'qty', 1 + i % 3))
+      from generate_series(1, 500) i;
+"""
+
+ROUND_1 = """
+update shop.customers set vip = true where id % 10 = 0;
+insert into shop.orders (customer_id, amount) select id, 99.90 from shop.customers where vip;
+"""
+
+ROUND_2 = """
+insert into shop.customers (id, name) values (101, 'new customer'), (102, 'another one');
+update shop.orders set status = 'shipped' where amount > 50;
+delete from shop.customers where id between 40 and 44;  -- cascades to their orders
+update shop.customers set id = 1000 where id = 1;        -- a primary key change
 """
 
 
@@ -30,25 +55,43 @@ def say(msg: str) -> None:
 
 
 def run_demo(lake: Path = Path(".demo/lake")) -> None:
-    """Start a local PostgreSQL, load a sample schema and copy it into Delta via Spark JDBC."""
-    from pgcdc.spark import POSTGRES_JDBC, get_session
+    """Run the demo; raise PgcdcError if Delta does not end up equal to PostgreSQL."""
+    from pgcdc.spark import get_session
 
     shutil.rmtree(lake, ignore_errors=True)
     pg = LocalPostgres(Path(tempfile.mkdtemp(prefix="pgcdc-demo-pg-")))
-    say(f"starting a throwaway PostgreSQL in {pg.datadir} on port {pg.port}")
+    say(f"starting a throwaway PostgreSQL in {pg.workdir} on port {pg.port}")
     pg.start()
     try:
+        settings = Settings(source={"dsn": pg.dsn()}, target={"root": str(lake)}, consumer="demo")
         with connect(pg.dsn()) as conn:
             conn.execute(SAMPLE_SCHEMA)
-        say("sample schema shop.customers (100 rows) and shop.orders (500 rows) loaded")
-        say(f"starting local Spark with Delta Lake and {POSTGRES_JDBC}")
-        spark = get_session()
-        target = lake.resolve() / "shop.customers"
-        df = spark.read.format("jdbc").options(**jdbc_options(pg.dsn())).option("dbtable", "shop.customers").load()
-        df.write.format("delta").mode("overwrite").save(str(target))
-        count = spark.read.format("delta").load(str(target)).count()
-        say(f"Spark + Delta verified: {count} rows of shop.customers written to {target}")
+            say("sample schema: shop.customers (100 rows), shop.orders (500 rows, uuid keys)")
+            capture.install(conn)
+            say(f"pgcdc installed (schema version {capture.SCHEMA_VERSION})")
+            for table in ("shop.customers", "shop.orders"):
+                capture.attach(conn, table)
+                say(f"attached {table}")
+            conn.execute(ROUND_1)
+            say("writes: 10 customers became vip, 10 orders added")
+
+            spark = get_session(settings.spark)
+            say("ingest #1 (first sync copies each table, then applies queued changes)")
+            run(settings, spark, say=lambda line: say("  " + line))
+            conn.execute(ROUND_2)
+            say("writes: 2 inserts, orders shipped, 5 customers deleted (with their orders), a primary key change")
+            say("ingest #2 (only the changed keys are read and merged)")
+            run(settings, spark, say=lambda line: say("  " + line))
+
+            results = verify(spark, conn, jdbc_options(pg.dsn()), settings.target.root,
+                             select_tables(conn, []))
+            for r in results:
+                say(r.line())
+            print(capture_status(conn))
+            if not all(r.equal for r in results):
+                raise PgcdcError("demo failed: Delta differs from PostgreSQL")
     finally:
         pg.stop(remove=True)
         say("local PostgreSQL stopped and removed")
-    say(f"Delta tables are in {lake.resolve()}")
+    say(f"Delta tables are in {lake.resolve()}; read them with "
+        f"spark.read.format('delta').load('{lake.resolve()}/shop.orders')")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -20,7 +19,7 @@ from pgcdc.capture import AttachedTable
 from pgcdc.db import connect, jdbc_options
 from pgcdc.errors import BusyError, TableError, TargetError
 from pgcdc.settings import Settings
-from pgcdc.state import ConsumerState, TxidSet, load_state, mirror_state, write_state_file
+from pgcdc.state import ConsumerState, TxidSet, committed_batch, load_state, mirror_state, write_state_file
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,10 +40,10 @@ class TableReport:
     pending_events: int = 0
 
     def line(self) -> str:
-        what = (f"first sync copied {self.copied} rows" if self.copied is not None else
-                f"{self.events} events in {self.batches} batches")
-        return (f"{self.table}: {what}, {self.upserted} upserted, {self.deleted} deleted; "
-                f"watermark {self.watermark}; {self.pending_events} events pending -> {self.path}")
+        what = f"copied {self.copied} rows, then " if self.copied is not None else ""
+        return (f"{self.table}: {what}{self.events} events in {self.batches} batches, {self.upserted} upserted, "
+                f"{self.deleted} deleted; watermark {self.watermark}; {self.pending_events} events pending "
+                f"-> {self.path}")
 
 
 def failpoint(name: str) -> None:
@@ -62,11 +61,6 @@ def system_id(conn: psycopg.Connection) -> str:
         raise TargetError("the source role may not call pg_control_system(); grant it: "
                           "GRANT pg_monitor TO <role> (or GRANT EXECUTE ON FUNCTION pg_control_system() TO <role>)"
                           ) from None
-
-
-def _root(root: str) -> str:
-    """The target root as an absolute path/URI (relative local paths are resolved)."""
-    return root if "://" in root else str(Path(root).resolve())
 
 
 def select_tables(conn: psycopg.Connection, names: list[str]) -> list[AttachedTable]:
@@ -98,11 +92,7 @@ class Job:
         s = self.settings
         with connect(s.source.dsn) as primary, connect(self.reader_dsn, role=self.reader_role) as reader:
             capture.require_schema(primary)
-            locked = primary.execute("select pg_try_advisory_lock(hashtext('pgcdc.ingest'), hashtext(%s))",
-                                     (s.consumer,)).fetchone()[0]
-            if not locked:
-                raise BusyError(f"another pgcdc ingest for consumer {s.consumer} is running; "
-                                "wait for it to finish (runs of one consumer never overlap)")
+            self.lock(primary)
             tables = select_tables(primary, s.tables)
             if not tables:
                 self.say("no tables attached; run `pgcdc attach SCHEMA.TABLE` first")
@@ -117,7 +107,7 @@ class Job:
     def sync_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
                    sysid: str, t: AttachedTable) -> TableReport:
         s = self.settings
-        path = apply.target_path(_root(s.target.root), t.name)
+        path = apply.target_path(s.target.root, t.name)
         report = TableReport(t.name, path)
         columns = enrich.table_columns(reader, t.name)
         if not apply.is_delta(self.spark, path):
@@ -126,7 +116,7 @@ class Job:
         apply.check_owner(self.spark, path, s.consumer, t.name)
         state = load_state(self.spark, path, s.consumer)
         if state is None:
-            state = self.first_sync(primary, reader, jdbc, sysid, t, columns, path, report)
+            state = self.copy_table(primary, reader, jdbc, sysid, t, columns, path, report, 0)
         self.check_state(state, sysid, t, path)
 
         start_txmin = None
@@ -149,28 +139,66 @@ class Job:
                 state = self.apply_batch(primary, jdbc, t, columns, batch, state, path, report)
             if batch.caught_up or state.watermark >= start_txmin:
                 break
+        mirror_state(primary, state, path)  # also tells `pgcdc status` this run happened
         report.watermark = state.watermark
         report.pending_events = self.pending(reader, state)
         self.say(report.line())
         return report
 
-    def first_sync(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], sysid: str,
-                   t: AttachedTable, columns: list[enrich.Column], path: str, report: TableReport) -> ConsumerState:
-        """Copy the whole table. The watermark is the txmin taken *before* the copy: every
-        change after it is in the queue and re-applied, so the copy needs no single snapshot."""
+    def copy_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], sysid: str,
+                   t: AttachedTable, columns: list[enrich.Column], path: str, report: TableReport,
+                   last_batch: int) -> ConsumerState:
+        """Copy the whole table (first sync or resync), replacing the Delta table's contents.
+
+        The watermark is the txmin taken *before* the copy: every change after it is in the
+        queue and applied later, so the copy needs no single snapshot."""
         with reader.transaction():
             reader.execute("set transaction isolation level repeatable read, read only")
             snap = events.take_snapshot(reader)
             relpages = reader.execute("select greatest(relpages, 1) from pg_class where oid = %s::regclass",
                                       (t.name,)).fetchone()[0]
-        self.say(f"{t.name}: first sync, copying the table ({relpages} pages) ...")
+        self.say(f"{t.name}: copying the whole table ({relpages} pages) ...")
         rows = enrich.read_table(self.spark, jdbc, t, columns, self.settings.ingest.jdbc_partitions, relpages)
-        state = ConsumerState(self.settings.consumer, t.name, t.table_id, sysid, snap.txmin).next(snap.txmin, TxidSet())
+        state = ConsumerState(self.settings.consumer, t.name, t.table_id, sysid, snap.txmin,
+                              batch=last_batch).next(snap.txmin, TxidSet())
         written = apply.overwrite(self.spark, path, rows, state)
         self.committed(primary, path, state)
         report.copied = written.upserted
-        report.upserted += written.upserted
         return state
+
+    def resync(self, names: list[str]) -> list[TableReport]:
+        """Copy the given tables again from scratch (after a detach/attach, a restore or a schema change)."""
+        s = self.settings
+        with connect(s.source.dsn) as primary, connect(self.reader_dsn, role=self.reader_role) as reader:
+            capture.require_schema(primary)
+            self.lock(primary)
+            tables = select_tables(primary, names)
+            jdbc = jdbc_options(self.reader_dsn, role=self.reader_role)
+            sysid = system_id(reader)
+            reports = []
+            for t in tables:
+                path = apply.target_path(s.target.root, t.name)
+                report = TableReport(t.name, path)
+                columns = enrich.table_columns(reader, t.name)
+                last = 0
+                if apply.is_delta(self.spark, path):
+                    apply.check_owner(self.spark, path, s.consumer, t.name)
+                    last = committed_batch(self.spark, path, s.consumer) or 0
+                state = self.copy_table(primary, reader, jdbc, sysid, t, columns, path, report, last)
+                report.watermark = state.watermark
+                report.pending_events = self.pending(reader, state)
+                self.say(report.line())
+                reports.append(report)
+        return reports
+
+    def lock(self, primary: psycopg.Connection) -> None:
+        """Hold the consumer's advisory lock for the life of the connection, or fail."""
+        consumer = self.settings.consumer
+        locked = primary.execute("select pg_try_advisory_lock(hashtext('pgcdc.ingest'), hashtext(%s))",
+                                 (consumer,)).fetchone()[0]
+        if not locked:
+            raise BusyError(f"another pgcdc ingest for consumer {consumer} is running; "
+                            "wait for it to finish (runs of one consumer never overlap)")
 
     def apply_batch(self, primary: psycopg.Connection, jdbc: dict[str, str], t: AttachedTable,
                     columns: list[enrich.Column], batch: events.Batch, state: ConsumerState, path: str,
@@ -200,7 +228,8 @@ class Job:
     def check_state(self, state: ConsumerState, sysid: str, t: AttachedTable, path: str) -> None:
         if state.system_id != sysid:
             raise TargetError(f"{path} was synced from another PostgreSQL cluster (system id {state.system_id}, now "
-                              f"{sysid}); after a restore txids restart: run `pgcdc reset-watermark {t.name}`")
+                              f"{sysid}); after a restore txids restart, so its watermark means nothing here: "
+                              f"run `pgcdc resync {t.name}`")
         if state.table_id != t.table_id:
             raise TargetError(f"{t.name} was detached and attached again since {path} was last synced; changes in "
                               f"between were not captured: run `pgcdc resync {t.name}`")
@@ -218,3 +247,11 @@ def run(settings: Settings, spark: "SparkSession | None" = None, say: Callable[[
     from pgcdc.spark import get_session
 
     return Job(settings, spark or get_session(settings.spark), say).run()
+
+
+def resync(settings: Settings, tables: list[str], spark: "SparkSession | None" = None,
+           say: Callable[[str], None] = print) -> list[TableReport]:
+    """Copy tables again from scratch into their Delta tables."""
+    from pgcdc.spark import get_session
+
+    return Job(settings, spark or get_session(settings.spark), say).resync(tables)

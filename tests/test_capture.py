@@ -293,6 +293,6 @@ def test_cli_attach_list_status(db: psycopg.Connection, dsn: str, tmp_path: Path
     assert "public.orders  id   status <> 'x'  2" in capsys.readouterr().out
     assert main(["--config", str(cfg), "status"]) == 0
     out = capsys.readouterr().out
-    assert "public.orders" in out and "not synced yet: public.orders" in out
+    assert "public.orders" in out and "never synced: public.orders" in out and out.startswith("status: ATTENTION")
     assert main(["--config", str(cfg), "attach", "missing_table"]) == 2
     assert "table missing_table not found" in capsys.readouterr().err
