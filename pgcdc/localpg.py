@@ -128,6 +128,24 @@ class LocalPostgres:
                      "-o", f"-p {self.port}", "-w", "-t", "60", "start"], "pg_ctl start")
         return self
 
+    def start_standby_of(self, primary: "LocalPostgres") -> "LocalPostgres":
+        """Make this cluster a streaming hot standby of `primary` (pg_basebackup -R) and start it."""
+        bindir = find_bindir()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.password = primary.password
+        user = _run_as()
+        if user:
+            shutil.chown(self.workdir, user)
+        env = os.environ | {"PGPASSWORD": primary.password}
+        proc = subprocess.run(self._cmd([str(bindir / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary.port),
+                                         "-U", SUPERUSER, "-D", str(self.datadir), "-R", "-X", "stream",
+                                         "--no-sync"]), capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise SetupError(f"pg_basebackup failed: {proc.stderr.strip()[-300:]}")
+        with open(self.datadir / "postgresql.conf", "a") as f:
+            f.write(f"unix_socket_directories = '{self.datadir}'\nhot_standby = on\n")
+        return self.start()
+
     def stop(self, remove: bool = False) -> None:
         """Stop fast; with remove=True also delete the workdir."""
         if (self.datadir / "postmaster.pid").exists():

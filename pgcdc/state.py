@@ -148,14 +148,20 @@ def write_state_file(spark: "SparkSession", path: str, state: ConsumerState) -> 
 
 
 def read_state_file(spark: "SparkSession", path: str, consumer: str) -> ConsumerState | None:
+    """The state copy next to the table; None if absent or unreadable (the commit history then serves)."""
+    from py4j.protocol import Py4JJavaError
+
     file, fs = _state_file(spark, path, consumer)
-    if not fs.exists(file):
-        return None
-    stream = fs.open(file)
     try:
-        text = spark._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-    finally:
-        stream.close()
+        if not fs.exists(file):
+            return None
+        stream = fs.open(file)
+        try:
+            text = spark._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+        finally:
+            stream.close()
+    except Py4JJavaError:  # e.g. a checksum error after a hand edit
+        return None
     return ConsumerState.from_json(text)
 
 

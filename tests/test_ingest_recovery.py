@@ -161,3 +161,57 @@ def test_added_column_appears_dropped_column_is_refused(db: psycopg.Connection, 
     with pytest.raises(TargetError, match=r"column\(s\) a of .* no longer exist in public.t; run `pgcdc resync"):
         syncer.run()
     assert syncer.commits("public.t") == commits
+
+
+def test_detach_attach_needs_resync_and_resync_repairs(db: psycopg.Connection, syncer) -> None:
+    from pgcdc.ingest import Job
+
+    db.execute("create table t (id int primary key, v text)")
+    db.execute("insert into t values (1, 'a'), (2, 'b')")
+    capture.attach(db, "t")
+    syncer.run()
+    capture.detach(db, "t")
+    db.execute("update t set v = 'lost' where id = 1")  # not captured while detached
+    capture.attach(db, "t")
+    with pytest.raises(TargetError, match=r"detached and attached again .* run `pgcdc resync public.t`"):
+        syncer.run()
+    db.execute("alter table t add column extra int default 7")
+    Job(syncer.settings(), syncer.spark, syncer.lines.append).resync(["t"])
+    syncer.assert_equal("public.t")
+    db.execute("update t set v = 'after' where id = 2")
+    assert syncer.run()["public.t"].events == 1
+    syncer.assert_equal("public.t")
+
+
+def test_restore_into_another_cluster_is_detected(db: psycopg.Connection, syncer) -> None:
+    db.execute("create table t (id int primary key)")
+    capture.attach(db, "t")
+    syncer.run()
+    state_file = Path(syncer.path("public.t"), "_pgcdc", "test.json")
+    import json
+
+    state = json.loads(state_file.read_text())
+    state["system_id"] = "12345"  # as if the Delta table had been synced from the cluster before a restore
+    state_file.write_text(json.dumps(state))
+    state_file.with_name(".test.json.crc").unlink()  # Hadoop's checksum of the file we edited by hand
+    with pytest.raises(TargetError, match=r"synced from another PostgreSQL cluster .*run `pgcdc resync public.t`"):
+        syncer.run()
+
+
+def test_cli_verify_and_status(db: psycopg.Connection, syncer, tmp_path: Path, capsys) -> None:
+    from pgcdc.cli import main
+
+    db.execute("create table t (id int primary key, v text)")
+    db.execute("insert into t values (1, 'a')")
+    capture.attach(db, "t")
+    syncer.run()
+    cfg = _config(syncer, tmp_path)
+    assert main(["--config", str(cfg), "verify"]) == 0
+    assert "public.t: Delta equals PostgreSQL (1 rows)" in capsys.readouterr().out
+    db.execute("insert into t values (2, 'b')")
+    assert main(["--config", str(cfg), "verify"]) == 1
+    assert "public.t: DIFFERENT: 1 rows only in PostgreSQL, 0 only in Delta" in capsys.readouterr().out
+    assert main(["--config", str(cfg), "status"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("status: OK - 1 table(s) synced; oldest pending change: ")
+    assert "test      public.t" in out

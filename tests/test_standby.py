@@ -1,0 +1,56 @@
+"""Reading events and rows from a hot standby: only its xmin is trusted."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from pydantic import SecretStr
+
+from pgcdc import capture, events
+from pgcdc.ingest import Job
+from pgcdc.state import ConsumerState
+
+
+def wait_for_replay(primary: psycopg.Connection, standby_dsn: str, timeout: float = 30) -> None:
+    lsn = primary.execute("select pg_current_wal_lsn()").fetchone()[0]
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(standby_dsn, autocommit=True) as s:
+        while s.execute("select pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()[0] is not True:
+            assert time.monotonic() < deadline, "standby did not catch up"
+            time.sleep(0.05)
+
+
+def test_ingest_reads_from_a_hot_standby(db: psycopg.Connection, syncer, pg_standby, dsn: str) -> None:
+    standby_dsn = pg_standby.dsn(conninfo_to_dict(dsn)["dbname"])
+    db.execute("create table t (id int primary key, v text)")
+    db.execute("insert into t select i, 'a' from generate_series(1, 20) i")
+    capture.attach(db, "t")
+    wait_for_replay(db, standby_dsn)
+    settings = syncer.settings()
+    settings.source.replica_dsn = SecretStr(standby_dsn)
+    Job(settings, syncer.spark, syncer.lines.append).run()
+    db.execute("update t set v = 'b' where id <= 10")
+    db.execute("delete from t where id > 15")
+    wait_for_replay(db, standby_dsn)
+    reports = {r.table: r for r in Job(settings, syncer.spark, syncer.lines.append).run()}
+    assert reports["public.t"].events == 2
+    syncer.assert_equal("public.t")
+    with psycopg.connect(standby_dsn) as s:
+        assert s.execute("select pg_is_in_recovery()").fetchone()[0]
+
+
+def test_watermark_never_moves_back_when_a_standby_reports_a_lower_xmin(db: psycopg.Connection) -> None:
+    db.execute("create table t (id int primary key)")
+    t = capture.attach(db, "t")
+    for i in range(3):
+        db.execute("insert into t values (%s)", (i,))
+    txids = [int(r[0]) for r in db.execute("select q.txid::text from pgcdc.commit_queue q order by q.txid")]
+    state = ConsumerState("c", "public.t", t.table_id, "x", watermark=txids[1] + 1)
+    stale = events.Snapshot(txmin=txids[0], xmax=txids[0] + 1, in_progress=(), standby=True)
+    strict = events.plan_batch(db, stale, state, out_of_order=False, max_events=100, max_keys=1000)
+    assert strict is None  # nothing below the (lower) txmin that is not already applied
+    ooo = events.plan_batch(db, stale, state, out_of_order=True, max_events=100, max_keys=1000)
+    assert ooo is not None and ooo.lo == state.watermark and ooo.events == 1  # only the txid above the watermark
+    assert ooo.next_state(state).watermark >= state.watermark

@@ -1,0 +1,51 @@
+"""Pure functions: txid sets, state transitions, batch filters, target paths."""
+
+from __future__ import annotations
+
+import pytest
+
+from pgcdc.apply import target_path
+from pgcdc.events import Batch, Snapshot, _ranges_between_gaps
+from pgcdc.state import ConsumerState, TxidSet
+
+
+def test_txid_set_merges_and_encodes() -> None:
+    s = TxidSet.of([(5, 5), (1, 3), (4, 4), (10, 12)])
+    assert s.ranges == ((1, 5), (10, 12))
+    assert 11 in s and 7 not in s and len(s) == 8
+    assert TxidSet.decode(s.encode()) == s and s.encode() == "1-5,10-12"
+    assert s.at_or_above(11).ranges == ((11, 12),)
+    assert TxidSet.decode("") == TxidSet()
+
+
+def test_state_watermark_only_moves_up_and_swallows_adjacent_ranges() -> None:
+    st = ConsumerState("c", "public.t", 1, "sys", watermark=100, out_of_order=TxidSet.of([(105, 107)]), batch=4)
+    lower = st.next(90, TxidSet())
+    assert lower.watermark == 100 and lower.batch == 5  # a lower txmin never moves it back
+    caught = st.next(105, TxidSet.of([(110, 110)]))
+    assert caught.watermark == 108  # 105-107 already applied: the watermark passes them
+    assert caught.out_of_order.ranges == ((110, 110),)
+    assert ConsumerState.from_json(caught.to_json()) == caught
+    assert ConsumerState.from_json('{"other": 1}') is None and ConsumerState.from_json("not json") is None
+
+
+def test_batch_filter_selects_exactly_the_batch() -> None:
+    b = Batch(7, 100, 200, TxidSet.of([(150, 151)]), TxidSet.of([(205, 209)]), 3, 3, False, True)
+    sql = b.filter_sql("q")
+    assert sql.startswith("q.table_id = 7 and ")
+    assert "q.txid >= '100'::xid8 and q.txid < '200'::xid8" in sql
+    assert "not (q.txid between '150'::xid8 and '151'::xid8)" in sql
+    assert "or q.txid between '205'::xid8 and '209'::xid8" in sql
+
+
+def test_out_of_order_ranges_never_span_a_running_transaction() -> None:
+    primary = Snapshot(txmin=100, xmax=120, in_progress=(100, 104), standby=False)
+    assert _ranges_between_gaps([101, 103, 106, 107, 110], primary).ranges == ((101, 103), (106, 110))
+    standby = Snapshot(txmin=100, xmax=120, in_progress=(), standby=True)
+    assert _ranges_between_gaps([101, 103, 104], standby).ranges == ((101, 101), (103, 104))
+
+
+@pytest.mark.parametrize("table,folder", [("public.t", "public.t"), ('"Sales Dept"."Order ""X"""', 'Sales Dept.Order "X"'),
+                                          ('a."b/c"', "a.b%2Fc")])
+def test_target_path(table: str, folder: str) -> None:
+    assert target_path("s3://bucket/lake/", table) == f"s3://bucket/lake/{folder}"
