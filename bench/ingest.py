@@ -1,0 +1,104 @@
+"""Ingest cost, measured side by side in one run (not a test; never fails on timing).
+
+    python -m bench.ingest [--rows 5000000] [--changes 1000000] [--small 10000] [--partitions 4]
+
+On a throwaway PostgreSQL and local Spark (started once; JVM start is excluded) it
+times, on a table of --rows rows:
+  1. ingest of --changes changed rows (spread over the whole table) vs the floor:
+     a Spark JDBC read of the same rows plus a Delta append of them;
+  2. ingest of --small changed rows vs a full reload: JDBC read of the whole table
+     plus a Delta overwrite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+from pgcdc import capture
+from pgcdc.db import jdbc_options
+from pgcdc.ingest import Job
+from pgcdc.localpg import LocalPostgres
+from pgcdc.settings import Settings
+from pgcdc.spark import get_session
+
+
+def timed(label: str, fn) -> float:
+    start = time.perf_counter()
+    fn()
+    took = time.perf_counter() - start
+    print(f"  {label:58s} {took:8.1f}s", flush=True)
+    return took
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=5_000_000)
+    ap.add_argument("--changes", type=int, default=1_000_000)
+    ap.add_argument("--small", type=int, default=10_000)
+    ap.add_argument("--partitions", type=int, default=4, help="JDBC partitions for every read")
+    args = ap.parse_args()
+    every = max(1, args.rows // args.changes)
+    small_every = max(1, args.rows // args.small)
+
+    work = Path(tempfile.mkdtemp(prefix="pgcdc-bench-ingest-"))
+    pg = LocalPostgres(Path(tempfile.mkdtemp(prefix="pgcdc-bench-pg-")), settings={"shared_buffers": "1GB", "max_wal_size": "8GB"})
+    pg.start()
+    try:
+        with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+            print(f"loading {args.rows} rows ...", flush=True)
+            conn.execute("create table bench (id bigint primary key, a int not null, b text not null, "
+                         "c numeric(12,2), d timestamptz not null default now())")
+            conn.execute("insert into bench (id, a, b, c) select i, i %% 1000, md5(i::text) || md5((i * 7)::text), "
+                         "(i %% 100000) / 100.0 from generate_series(1, %s) i", (args.rows,))
+            conn.execute("vacuum analyze bench")
+            capture.install(conn)
+            capture.attach(conn, "bench")
+
+            lake = work / "lake"
+            settings = Settings(source={"dsn": pg.dsn()}, target={"root": str(lake)}, consumer="bench",
+                                ingest={"jdbc_partitions": args.partitions, "max_keys_per_batch": 10_000_000,
+                                        "max_events_per_batch": 100_000},
+                                spark={"conf": {"spark.driver.memory": "6g", "spark.sql.shuffle.partitions": "8"}})
+            spark = get_session(settings.spark)
+            job = Job(settings, spark, say=lambda line: print("    " + line, flush=True))
+            jdbc = jdbc_options(pg.dsn())
+            url = jdbc.pop("url")
+            props = jdbc | {"fetchsize": "10000"}
+
+            def jdbc_read(where: str):
+                return spark.read.jdbc(url, f"(select * from bench where {where}) q", column="id", lowerBound=1,
+                                       upperBound=args.rows, numPartitions=args.partitions, properties=props)
+
+            print(f"\n[first sync: copy {args.rows} rows]", flush=True)
+            timed("first sync (pgcdc ingest)", job.run)
+
+            print(f"\n[1] {args.changes} changed rows (every {every}th row)", flush=True)
+            conn.execute("update bench set a = a + 1 where id %% %s = 0", (every,))
+            ingest_big = timed("pgcdc ingest", job.run)
+            floor = timed("floor: JDBC read of the same rows + Delta append",
+                          lambda: jdbc_read(f"id % {every} = 0").write.format("delta").mode("append")
+                          .save(str(work / "floor")))
+
+            print(f"\n[2] {args.small} changed rows (every {small_every}th row)", flush=True)
+            conn.execute("update bench set a = a + 1 where id %% %s = 1", (small_every,))
+            ingest_small = timed("pgcdc ingest", job.run)
+            reload = timed("full reload: JDBC read of the whole table + Delta overwrite",
+                           lambda: jdbc_read("true").write.format("delta").mode("overwrite")
+                           .save(str(work / "reload")))
+        print(f"\nresults ({args.rows} rows, {args.partitions} JDBC partitions, local[2]):")
+        print(f"  ingest of {args.changes} changes / floor      = {ingest_big / floor:5.2f}x  (target <= 1.5x)")
+        print(f"  full reload / ingest of {args.small} changes  = {reload / ingest_small:5.1f}x  (target >= 20x)")
+        spark.stop()
+    finally:
+        pg.stop(remove=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
