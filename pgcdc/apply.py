@@ -150,13 +150,19 @@ def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: Consum
 
 
 def merge(spark: "SparkSession", path: str, batch: "DataFrame", keys: list[str], state: ConsumerState,
-          truncate: bool) -> Written:
-    """MERGE one batch (columns + LIVE) into the table in one commit carrying the state."""
+          truncate: bool, bounds: tuple[int, int] | None = None) -> Written:
+    """MERGE one batch (columns + LIVE) into the table in one commit carrying the state.
+
+    `bounds` (lowest, highest key of a one-column integer key) lets Delta skip files by
+    their key statistics; it is not used with a TRUNCATE, which must reach every row.
+    """
     from delta.tables import DeltaTable
 
     cols = [f.name for f in batch.schema.fields if f.name != LIVE]
     values = {_col(c): f"s.{_col(c)}" for c in cols}
     on = " and ".join(f"t.{_col(k)} = s.{_col(k)}" for k in keys)
+    if bounds is not None and not truncate:
+        on = f"t.{_col(keys[0])} between {int(bounds[0])} and {int(bounds[1])} and {on}"
     builder = (DeltaTable.forPath(spark, path).alias("t").merge(batch.alias("s"), on)
                .whenMatchedDelete(condition=f"not s.{LIVE}")
                .whenMatchedUpdate(condition=f"s.{LIVE}", set=values)

@@ -125,6 +125,19 @@ def _read(spark: "SparkSession", jdbc: dict[str, str], queries: list[str]) -> "D
     return df
 
 
+def key_bounds(conn: psycopg.Connection, t: AttachedTable, batch: Batch) -> tuple[int, int] | None:
+    """Lowest and highest key of the batch for a one-column integer key, else None.
+
+    Read from the queue in PostgreSQL (no Spark job); the MERGE uses them so Delta can
+    skip files whose key range lies outside the batch (changes to recent rows).
+    """
+    if len(t.key_columns) != 1 or t.key_types[0] not in ("smallint", "integer", "bigint"):
+        return None
+    lo, hi = conn.execute(f"select min(u.k::bigint), max(u.k::bigint) from pgcdc.commit_queue q "
+                          f"cross join lateral unnest(q.keys) u(k) where {batch.filter_sql('q')}").fetchone()
+    return None if lo is None else (int(lo), int(hi))
+
+
 def read_batch(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],
                batch: Batch, partitions: int) -> "DataFrame":
     """The batch's rows (and deletes, LIVE = false) as a DataFrame, read in parallel shares."""

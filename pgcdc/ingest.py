@@ -127,6 +127,7 @@ class Job:
                 batch = events.plan_batch(reader, snap, state, out_of_order=s.ingest.mode == "out_of_order",
                                           max_events=s.ingest.max_events_per_batch,
                                           max_keys=s.ingest.max_keys_per_batch)
+                bounds = enrich.key_bounds(reader, t, batch) if batch and batch.events else None
             start_txmin = snap.txmin if start_txmin is None else start_txmin
             if batch is None:
                 break
@@ -136,7 +137,7 @@ class Job:
                 state = replace(batch.next_state(state), batch=state.batch, run_id=state.run_id)
                 mirror_state(primary, state, path)
             else:
-                state = self.apply_batch(primary, jdbc, t, columns, batch, state, path, report)
+                state = self.apply_batch(primary, jdbc, t, columns, batch, bounds, state, path, report)
             if batch.caught_up or state.watermark >= start_txmin:
                 break
         mirror_state(primary, state, path)  # also tells `pgcdc status` this run happened
@@ -201,8 +202,8 @@ class Job:
                             "wait for it to finish (runs of one consumer never overlap)")
 
     def apply_batch(self, primary: psycopg.Connection, jdbc: dict[str, str], t: AttachedTable,
-                    columns: list[enrich.Column], batch: events.Batch, state: ConsumerState, path: str,
-                    report: TableReport) -> ConsumerState:
+                    columns: list[enrich.Column], batch: events.Batch, bounds: tuple[int, int] | None,
+                    state: ConsumerState, path: str, report: TableReport) -> ConsumerState:
         rows = enrich.read_batch(self.spark, jdbc, t, columns, batch, self.settings.ingest.jdbc_partitions)
         target = self.spark.read.format("delta").load(path).schema
         added = apply.check_schema(target, rows.schema, path, t.name)
@@ -211,7 +212,7 @@ class Job:
             self.say(f"{t.name}: new column(s) {', '.join(added)} added to {path}")
         new_state = batch.next_state(state)
         failpoint("before-merge")
-        written = apply.merge(self.spark, path, rows, t.key_columns, new_state, batch.truncate)
+        written = apply.merge(self.spark, path, rows, t.key_columns, new_state, batch.truncate, bounds)
         failpoint("after-merge")
         self.committed(primary, path, new_state)
         report.batches += 1
