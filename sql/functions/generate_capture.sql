@@ -7,8 +7,9 @@
 -- * statement-level triggers with transition tables: one queue row per statement,
 --   large statements split into chunks of chunk_size keys;
 -- * one SQL statement per trigger call, keys collected with array(select ...);
--- * UPDATE reads only the new rows; a row-level trigger whose WHEN clause (evaluated
---   in C, no function call) fires only when a key changes records the old key;
+-- * UPDATE reads only the new rows; the old key of a row whose key changes is recorded
+--   by a row-level "AFTER UPDATE OF <key columns> ... WHEN (key changed)" trigger, which
+--   PostgreSQL skips outright for UPDATEs that do not set a key column;
 -- * with a predicate, UPDATE reads old and new rows so a row leaving the predicate
 --   still reaches the consumer;
 -- * SECURITY DEFINER: writers need no rights on the pgcdc schema. Generated code names
@@ -29,6 +30,7 @@ declare
     keys_upd text;
     keys_del text;
     pk_changed text;
+    pk_cols text;
     ins_tpl text;
     body text;
 begin
@@ -96,10 +98,13 @@ $body$, fname, settings, a.table_id, coalesce(a.shard::text, 'null'), key_old,
     if a.predicate is null then
         execute format('create trigger pgcdc_capture_upd after update on %s referencing new table as pgcdc_new '
                        'for each statement execute function %s()', a.relid, fname);
-        select string_agg(format('old.%1$I is distinct from new.%1$I', c), ' or ') into pk_changed
+        select string_agg(format('old.%1$I is distinct from new.%1$I', c), ' or '),
+               string_agg(format('%I', c), ', ')
+          into pk_changed, pk_cols
           from unnest(a.key_columns) c;
-        execute format('create trigger pgcdc_capture_pk after update on %s for each row when (%s) '
-                       'execute function %s()', a.relid, pk_changed, fname);
+        -- "update of <key columns>": skipped outright unless the UPDATE sets a key column
+        execute format('create trigger pgcdc_capture_pk after update of %s on %s for each row when (%s) '
+                       'execute function %s()', pk_cols, a.relid, pk_changed, fname);
     else
         execute format('create trigger pgcdc_capture_upd after update on %s referencing old table as pgcdc_old '
                        'new table as pgcdc_new for each statement execute function %s()', a.relid, fname);
