@@ -103,10 +103,11 @@ def main() -> None:
     print(f"\npgbench TPC-B scale {args.scale}, {args.clients} clients, {args.seconds}s x {args.rounds} rounds, "
           f"{durability}; UPDATE of {args.bulk_rows} rows in one statement")
     base_tps, base_bulk = statistics.median(tps["none"]), statistics.median(bulk["none"])
-    print(f"{'mode':12s} {'median tps':>10s} {'tps ratio':>9s} {'bulk s':>7s} {'bulk ratio':>10s}")
+    print(f"{'mode':12s} {'median tps':>10s} {'tps ratio':>9s} {'bulk s':>7s} {'bulk ratio':>10s}   per-round tps ratios")
     for mode in MODES:
         t, b = statistics.median(tps[mode]), statistics.median(bulk[mode])
-        print(f"{mode:12s} {t:10.0f} {t / base_tps:8.2f}x {b:7.2f} {b / base_bulk:9.2f}x")
+        rounds = " ".join(f"{x / y:.2f}" for x, y in zip(tps[mode], tps["none"]))
+        print(f"{mode:12s} {t:10.0f} {t / base_tps:8.2f}x {b:7.2f} {b / base_bulk:9.2f}x   {rounds}")
 
 
 if __name__ == "__main__":
