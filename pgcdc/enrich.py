@@ -14,6 +14,7 @@ PostgreSQL text form.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -113,10 +114,18 @@ def copy_query(t: AttachedTable, columns: list[Column], lo_page: int, hi_page: i
     return f"select {_select_list(columns, 'src')} from {t.name} src where {' and '.join(where)}"
 
 
-def _read(spark: "SparkSession", jdbc: dict[str, str], queries: list[str]) -> "DataFrame":
+def _read(spark: "SparkSession", jdbc: dict[str, str], queries: list[str], snapshot: str | None = None) -> "DataFrame":
     """Union of one single-partition JDBC read per query: each query is read by its own task,
-    with its own connection, so every share can carry its own pushed-down filter."""
+    with its own connection, so every share can carry its own pushed-down filter.
+
+    With `snapshot` (from pg_export_snapshot()), every connection reads in that one snapshot.
+    """
     props = dict(jdbc) | {"fetchsize": "10000", "preferTimestampNTZ": "true"}
+    if snapshot is not None:
+        if not re.fullmatch(r"[0-9A-F-]+", snapshot):
+            raise ValueError(f"not a snapshot id: {snapshot!r}")
+        props["sessionInitStatement"] = (f"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; "
+                                         f"SET TRANSACTION SNAPSHOT '{snapshot}'")
     url = props.pop("url")
     frames = [spark.read.jdbc(url, f"({q}) pgcdc_q", properties=props) for q in queries]
     df = frames[0]
@@ -145,14 +154,18 @@ def read_batch(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, co
 
 
 def read_table(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],
-               partitions: int, relpages: int) -> "DataFrame":
-    """Every current row of the table (a first sync), read as `partitions` page ranges.
+               partitions: int, relpages: int, snapshot: str | None = None) -> "DataFrame":
+    """Every row of the table, read as `partitions` page (ctid) ranges.
 
-    The last range is open-ended so rows in pages added meanwhile are not missed.
+    Pass the exported `snapshot` whenever partitions > 1: an UPDATE committed between two
+    partitions' reads can move a row from a page range not read yet to one already read
+    (the row would be missed) or the other way round (it would be copied twice). In one
+    snapshot every row is read exactly once. The last range is open-ended.
     """
     step = max(1, -(-max(relpages, 1) // partitions))
     bounds: list[int | None] = [p * step for p in range(partitions)]
-    return _read(spark, jdbc, [copy_query(t, columns, lo, hi) for lo, hi in zip(bounds, bounds[1:] + [None])])
+    return _read(spark, jdbc, [copy_query(t, columns, lo, hi) for lo, hi in zip(bounds, bounds[1:] + [None])],
+                 snapshot)
 
 
 def schema_of(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column]) -> "StructType":

@@ -151,18 +151,20 @@ class Job:
                    last_batch: int) -> ConsumerState:
         """Copy the whole table (first sync or resync), replacing the Delta table's contents.
 
-        The watermark is the txmin taken *before* the copy: every change after it is in the
-        queue and applied later, so the copy needs no single snapshot."""
-        with reader.transaction():
+        All JDBC partitions read in one exported snapshot, whose txmin becomes the
+        watermark: changes the snapshot does not show are in the queue above it."""
+        with reader.transaction():  # held open while Spark copies: the partitions share its snapshot
             reader.execute("set transaction isolation level repeatable read, read only")
             snap = events.take_snapshot(reader)
+            exported = reader.execute("select pg_export_snapshot()").fetchone()[0]
             relpages = reader.execute("select greatest(relpages, 1) from pg_class where oid = %s::regclass",
                                       (t.name,)).fetchone()[0]
-        self.say(f"{t.name}: copying the whole table ({relpages} pages) ...")
-        rows = enrich.read_table(self.spark, jdbc, t, columns, self.settings.ingest.jdbc_partitions, relpages)
-        state = ConsumerState(self.settings.consumer, t.name, t.table_id, sysid, snap.txmin,
-                              batch=last_batch).next(snap.txmin, TxidSet())
-        written = apply.overwrite(self.spark, path, rows, state)
+            self.say(f"{t.name}: copying the whole table ({relpages} pages) ...")
+            rows = enrich.read_table(self.spark, jdbc, t, columns, self.settings.ingest.jdbc_partitions, relpages,
+                                     exported)
+            state = ConsumerState(self.settings.consumer, t.name, t.table_id, sysid, snap.txmin,
+                                  batch=last_batch).next(snap.txmin, TxidSet())
+            written = apply.overwrite(self.spark, path, rows, state)
         self.committed(primary, path, state)
         report.copied = written.upserted
         return state
