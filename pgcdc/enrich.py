@@ -53,10 +53,15 @@ class Column:
             return self.numeric_precision is not None and self.numeric_precision <= 38
         return self.base in NATIVE
 
-    def select(self, expr: str) -> str:
-        """The SQL that reads this column (given as `expr`) in a Spark-safe form."""
+    def select(self, expr: str, key: bool = False) -> str:
+        """The SQL that reads this column (given as `expr`) in a Spark-safe form.
+
+        A key stored as text must have one text per value, or equal keys (numeric 1.0 and
+        1.00) would not match in the MERGE: numeric keys lose trailing zeros."""
         if self.native:
             return expr
+        if key and self.base == "numeric" and not self.is_array:
+            return f"pg_catalog.trim_scale({expr})::text"
         return f"({expr})::text[]" if self.is_array else f"({expr})::text"
 
 
@@ -77,11 +82,13 @@ def _ident(name: str) -> str:
     return sql.Identifier(name).as_string(None)
 
 
-def _select_list(columns: list[Column], alias: str, keys: dict[str, str] | None = None) -> str:
+def _select_list(columns: list[Column], alias: str, keys: list[str], key_alias: str | None = None) -> str:
     """Every column in a Spark-safe form; key columns may come from another alias."""
-    keys = keys or {}
-    return ", ".join(f"{c.select(keys.get(c.name, alias) + '.' + _ident(c.name))} as {_ident(c.name)}"
-                     for c in columns)
+    def one(c: Column) -> str:
+        is_key = c.name in keys
+        source = key_alias if is_key and key_alias else alias
+        return f"{c.select(source + '.' + _ident(c.name), is_key)} as {_ident(c.name)}"
+    return ", ".join(one(c) for c in columns)
 
 
 def _decode_key(t: AttachedTable, key: str) -> list[str]:
@@ -97,11 +104,17 @@ def enrichment_query(t: AttachedTable, columns: list[Column], batch: Batch, part
     decoded = ", ".join(f"{expr} as {ref}" for expr, ref in zip(_decode_key(t, "u.k"), refs))
     join = " and ".join(f"t.{ref} = k.{ref}" for ref in refs)
     predicate = f" where ({t.predicate})" if t.predicate else ""
+    # Shares are cut by the hash of the decoded key, not of its text: equal keys can be
+    # queued in different text forms (numeric 1.0 and 1.00), and must meet in one share
+    # for `distinct` to keep one of them (a MERGE refuses two source rows for one key).
+    n = int(partitions)
+    share = f"((hash_record(row({', '.join('k.' + r for r in refs)})) % {n}) + {n}) % {n} = {int(part)}"
     return (
-        f"select {_select_list(columns, 't', {k: 'k' for k in t.key_columns})}, t.{LIVE} is not null as {LIVE} "
+        f"select {_select_list(columns, 't', t.key_columns, 'k')}, t.{LIVE} is not null as {LIVE} "
         f"from (select distinct {decoded} from pgcdc.commit_queue q cross join lateral unnest(q.keys) u(k) "
-        f"where {batch.filter_sql('q')} and abs(hashtext(u.k)) % {int(partitions)} = {int(part)}) k "
-        f"left join (select true as {LIVE}, src.* from {t.name} src{predicate}) t on {join}")
+        f"where {batch.filter_sql('q')}) k "
+        f"left join (select true as {LIVE}, src.* from {t.name} src{predicate}) t on {join} "
+        f"where {share}")
 
 
 def copy_query(t: AttachedTable, columns: list[Column], lo_page: int, hi_page: int | None) -> str:
@@ -111,7 +124,7 @@ def copy_query(t: AttachedTable, columns: list[Column], lo_page: int, hi_page: i
         where.append(f"src.ctid < '({int(hi_page)},0)'::tid")
     if t.predicate:
         where.append(f"({t.predicate})")
-    return f"select {_select_list(columns, 'src')} from {t.name} src where {' and '.join(where)}"
+    return f"select {_select_list(columns, 'src', t.key_columns)} from {t.name} src where {' and '.join(where)}"
 
 
 def _read(spark: "SparkSession", jdbc: dict[str, str], queries: list[str], snapshot: str | None = None) -> "DataFrame":
@@ -170,4 +183,4 @@ def read_table(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, co
 
 def schema_of(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column]) -> "StructType":
     """The table's Spark schema as the sync reads it (to create the Delta table)."""
-    return _read(spark, jdbc, [f"select {_select_list(columns, 'src')} from {t.name} src where false"]).schema
+    return _read(spark, jdbc, [f"select {_select_list(columns, 'src', t.key_columns)} from {t.name} src where false"]).schema

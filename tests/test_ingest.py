@@ -202,3 +202,22 @@ def test_copy_partitions_all_read_the_exported_snapshot(db: psycopg.Connection, 
         exporter.execute("commit")
     assert len(rows) == 5000 and len({r.id for r in rows}) == 5000  # each row once, as of the snapshot
     assert {r.v for r in rows} == {0} and max(r.id for r in rows) == 5000
+
+
+def test_equal_keys_in_different_text_forms_merge_as_one(db: psycopg.Connection, syncer) -> None:
+    db.execute("create table n (k numeric primary key, v text)")
+    db.execute("create table ts (k timestamptz primary key, v text)")
+    capture.attach(db, "n")
+    capture.attach(db, "ts")
+    syncer.run()
+    db.execute("insert into n values (1.0, 'a')")
+    db.execute("delete from n")
+    db.execute("insert into n values (1.00, 'b')")  # equal to 1.0, queued as another text
+    with db.transaction():
+        db.execute("set local timezone = 'Asia/Tokyo'")
+        db.execute("insert into ts values ('2024-01-01 09:00+09', 'a')")
+    db.execute("update ts set v = 'b'")
+    syncer.run(jdbc_partitions=3)
+    syncer.assert_equal("public.n")
+    syncer.assert_equal("public.ts")
+    assert [r.v for r in syncer.delta("public.n").collect()] == ["b"]

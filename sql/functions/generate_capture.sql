@@ -50,8 +50,8 @@ begin
         keys_del := format('array(select %s from pgcdc_old where (%s))', key_new, a.predicate);
     end if;
     if exists (select 1 from unnest(a.key_types) t where t ~ '^(date|time|timestamp|interval)') then
-        -- date/time keys travel as text: make their text form independent of the writer's DateStyle
-        settings := settings || E'\n    set datestyle to ''ISO, YMD''\n    set intervalstyle to ''postgres''';
+        -- date/time keys travel as text: make their text form independent of the writer's settings
+        settings := settings || E'\n    set datestyle to ''ISO, YMD''\n    set intervalstyle to ''postgres''\n    set timezone to ''UTC''';
     end if;
 
     -- %1$s op letter, %2$s keys array expression
