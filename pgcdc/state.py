@@ -202,6 +202,6 @@ def mirror_state(conn: "psycopg.Connection", state: ConsumerState, target: str) 
     conn.execute(
         "insert into pgcdc.consumer_state (consumer, table_id, target, watermark, out_of_order, batch, updated_at) "
         "values (%s, %s, %s, %s::text::xid8, %s, %s, now()) on conflict (consumer, table_id) do update set "
-        "target = excluded.target, watermark = greatest(pgcdc.consumer_state.watermark, excluded.watermark), "
+        "target = excluded.target, watermark = excluded.watermark, "
         "out_of_order = excluded.out_of_order, batch = excluded.batch, updated_at = now()",
         (state.consumer, state.table_id, target, str(state.watermark), state.out_of_order.encode(), state.batch))

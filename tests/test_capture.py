@@ -296,3 +296,17 @@ def test_cli_attach_list_status(db: psycopg.Connection, dsn: str, tmp_path: Path
     assert "public.orders" in out and "never synced: public.orders" in out and out.startswith("status: ATTENTION")
     assert main(["--config", str(cfg), "attach", "missing_table"]) == 2
     assert "table missing_table not found" in capsys.readouterr().err
+
+
+def test_maintain_never_drops_above_the_current_xmin(conn: psycopg.Connection) -> None:
+    """After a restore the mirrored watermarks come from the old cluster, far above the new txids."""
+    db = conn
+    capture.install(db, partition_size=100)
+    db.execute("create table t (id int primary key)")
+    t = capture.attach(db, "t")
+    db.execute("insert into pgcdc.consumer_state (consumer, table_id, target, watermark, batch) "
+               "values ('c', %s, '/x', '999999999'::xid8, 9)", (t.table_id,))
+    for i in range(150):
+        db.execute("insert into t values (%s)", (i,))
+    capture.maintain(db)
+    assert db.execute("select count(*) from pgcdc.commit_queue").fetchone()[0] == 150
