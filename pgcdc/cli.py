@@ -126,10 +126,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Capture health at a glance."""
-    from pgcdc.status import capture_status
+    from pgcdc.status import status_report
 
     with _source(args) as conn:
-        print(capture_status(conn))
+        print(status_report(conn))
     return 0
 
 

@@ -16,7 +16,7 @@ from pgcdc.errors import PgcdcError
 from pgcdc.ingest import run, select_tables
 from pgcdc.localpg import LocalPostgres
 from pgcdc.settings import Settings
-from pgcdc.status import capture_status
+from pgcdc.status import status_report
 from pgcdc.verify import verify
 
 SAMPLE_SCHEMA = """
@@ -87,7 +87,7 @@ def run_demo(lake: Path = Path(".demo/lake")) -> None:
                              select_tables(conn, []))
             for r in results:
                 say(r.line())
-            print(capture_status(conn))
+            print(status_report(conn))
             if not all(r.equal for r in results):
                 raise PgcdcError("demo failed: Delta differs from PostgreSQL")
     finally:

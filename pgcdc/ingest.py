@@ -133,9 +133,8 @@ class Job:
                 break
             if batch.events == 0:
                 # nothing of this table below the new watermark: no Delta commit; the mirror
-                # may move ahead (the events it lets retention drop were not this table's)
+                # (written below) may move ahead: the events retention then drops are not this table's
                 state = replace(batch.next_state(state), batch=state.batch, run_id=state.run_id)
-                mirror_state(primary, state, path)
             else:
                 state = self.apply_batch(primary, jdbc, t, columns, batch, bounds, state, path, report)
             if batch.caught_up or state.watermark >= start_txmin:

@@ -13,7 +13,6 @@ import secrets
 import shutil
 import socket
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,14 +152,3 @@ class LocalPostgres:
                                       "stop"]), capture_output=True)
         if remove:
             shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        """Wait until a TCP connection to the port succeeds (used after a restart)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise SetupError(f"local PostgreSQL on port {self.port} did not come up; see {self.datadir}/server.log")

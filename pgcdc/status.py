@@ -43,7 +43,7 @@ def consumer_rows(conn: psycopg.Connection) -> list[tuple[str, str, int, int, da
         "join pg_class c on c.oid = a.relid join pg_namespace n on n.oid = c.relnamespace order by 1, 2").fetchall()
 
 
-def capture_status(conn: psycopg.Connection) -> str:
+def status_report(conn: psycopg.Connection) -> str:
     """Text report: a verdict line, capture per table, consumers per table, queue size."""
     tables = capture.stats(conn)
     partitions, size = capture.queue_size(conn)
