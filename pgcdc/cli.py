@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from collections.abc import Callable, Sequence
@@ -219,8 +220,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pgcdc: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("pgcdc: interrupted", file=sys.stderr)
+        print("pgcdc: interrupted; nothing half-written stays behind, the next run resumes", file=sys.stderr)
         return 130
+    except Exception as exc:  # Spark/Py4J/driver failures: one line, the traceback on request
+        if os.environ.get("PGCDC_DEBUG"):
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        print(f"pgcdc: error: unexpected {type(exc).__name__}: {first}; a re-run resumes safely; "
+              "set PGCDC_DEBUG=1 for the full traceback", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ DEFAULT_CONF = {
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.memory": "2g",
+    "spark.sql.debug.maxToStringFields": "1000",
 }
 
 

@@ -310,3 +310,22 @@ def test_maintain_never_drops_above_the_current_xmin(conn: psycopg.Connection) -
         db.execute("insert into t values (%s)", (i,))
     capture.maintain(db)
     assert db.execute("select count(*) from pgcdc.commit_queue").fetchone()[0] == 150
+
+
+def test_cli_install_detach_uninstall(conn: psycopg.Connection, dsn: str, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"[source]\ndsn = \"{dsn}\"\n[target]\nroot = \"{tmp_path}\"\n")
+    run = lambda *a: main(["--config", str(cfg), *a])  # noqa: E731
+    assert run("install") == 0
+    assert "installed pgcdc schema version 1" in capsys.readouterr().out
+    assert run("install") == 0
+    assert "already installed" in capsys.readouterr().out
+    conn.execute("create table t (id int primary key)")
+    assert run("attach", "t") == 0 and run("detach", "t") == 0
+    assert "detached public.t; its changes are no longer captured" in capsys.readouterr().out
+    assert run("uninstall") == 2 and "--yes" in capsys.readouterr().err
+    assert capture.installed_version(conn) == 1
+    assert run("uninstall", "--yes") == 0
+    assert "pgcdc removed from database" in capsys.readouterr().out
+    assert capture.installed_version(conn) is None
