@@ -68,6 +68,8 @@ def main() -> None:
                                 spark={"conf": {"spark.driver.memory": "6g", "spark.sql.shuffle.partitions": "8"}})
             spark = get_session(settings.spark)
             job = Job(settings, spark, say=lambda line: print("    " + line, flush=True))
+            merge_only = Job(settings.model_copy(update={"ingest": settings.ingest.model_copy(
+                update={"recopy_fraction": 0})}), spark, say=lambda line: print("    " + line, flush=True))
             jdbc = jdbc_options(pg.dsn())
             url = jdbc.pop("url")
             props = jdbc | {"fetchsize": "10000"}
@@ -81,10 +83,12 @@ def main() -> None:
 
             print(f"\n[1] {args.changes} changed rows (every {every}th row)", flush=True)
             conn.execute("update bench set a = a + 1 where id %% %s = 0", (every,))
-            ingest_big = timed("pgcdc ingest", job.run)
+            ingest_big = timed("pgcdc ingest (default: re-copies a batch >= 10% of the table)", job.run)
             floor = timed("floor: JDBC read of the same rows + Delta append",
                           lambda: jdbc_read(f"id % {every} = 0").write.format("delta").mode("append")
                           .save(str(work / "floor")))
+            conn.execute("update bench set a = a + 1 where id %% %s = 0", (every,))
+            ingest_big_merge = timed("pgcdc ingest, the same changes again, MERGE only", merge_only.run)
 
             print(f"\n[2] {args.small} changed rows (every {small_every}th row: worst case, every file touched)",
                   flush=True)
@@ -98,6 +102,7 @@ def main() -> None:
                            .save(str(work / "reload")))
         print(f"\nresults ({args.rows} rows, {args.partitions} JDBC partitions, local[2]):")
         print(f"  ingest of {args.changes} spread changes / floor          = {ingest_big / floor:5.2f}x  (target <= 1.5x)")
+        print(f"  same, MERGE only / floor                             = {ingest_big_merge / floor:5.2f}x")
         print(f"  full reload / ingest of {args.small} spread changes    = {reload / ingest_spread:5.2f}x  (target >= 20x)")
         print(f"  full reload / ingest of {args.small} recent-row changes = {reload / ingest_recent:5.2f}x  (target >= 20x)")
         spark.stop()

@@ -128,10 +128,20 @@ class Job:
                                           max_events=s.ingest.max_events_per_batch,
                                           max_keys=s.ingest.max_keys_per_batch)
                 bounds = enrich.key_bounds(reader, t, batch) if batch and batch.events else None
+                rows = reader.execute("select reltuples from pg_class where oid = %s::regclass",
+                                      (t.name,)).fetchone()[0]
             start_txmin = snap.txmin if start_txmin is None else start_txmin
             if batch is None:
                 break
-            if batch.events == 0:
+            if batch.events and 0 < s.ingest.recopy_fraction and rows > 0 and \
+                    batch.keys >= s.ingest.recopy_fraction * rows:
+                # a MERGE reads and rewrites most files anyway: copying the table again is cheaper,
+                # and its snapshot covers every event below its txmin, this batch included
+                self.say(f"{t.name}: batch of {batch.keys} keys is >= {s.ingest.recopy_fraction:.0%} of ~{rows:.0f} "
+                         "rows: copying the table instead of merging")
+                state = self.copy_table(primary, reader, jdbc, sysid, t, columns, path, report, state.batch)
+                report.events += batch.events
+            elif batch.events == 0:
                 # nothing of this table below the new watermark: no Delta commit; the mirror
                 # (written below) may move ahead: the events retention then drops are not this table's
                 state = replace(batch.next_state(state), batch=state.batch, run_id=state.run_id)

@@ -142,7 +142,9 @@ class LocalPostgres:
         if proc.returncode != 0:
             raise SetupError(f"pg_basebackup failed: {proc.stderr.strip()[-300:]}")
         with open(self.datadir / "postgresql.conf", "a") as f:
-            f.write(f"unix_socket_directories = '{self.datadir}'\nhot_standby = on\n")
+            # feedback: the primary keeps rows the standby's open snapshots need, so long reads
+            # (a first-sync copy) are not cancelled by recovery conflicts
+            f.write(f"unix_socket_directories = '{self.datadir}'\nhot_standby = on\nhot_standby_feedback = on\n")
         return self.start()
 
     def stop(self, remove: bool = False) -> None:

@@ -221,3 +221,25 @@ def test_equal_keys_in_different_text_forms_merge_as_one(db: psycopg.Connection,
     syncer.assert_equal("public.n")
     syncer.assert_equal("public.ts")
     assert [r.v for r in syncer.delta("public.n").collect()] == ["b"]
+
+
+def test_batch_changing_much_of_the_table_is_applied_by_a_copy(db: psycopg.Connection, syncer) -> None:
+    from delta.tables import DeltaTable
+
+    db.execute("create table t (id int primary key, v int)")
+    db.execute("insert into t select i, 0 from generate_series(1, 1000) i")
+    db.execute("analyze t")
+    capture.attach(db, "t")
+    syncer.run()
+    db.execute("update t set v = 1 where id <= 400")
+    db.execute("delete from t where id > 990")
+    report = syncer.run(recopy_fraction=0.3)["public.t"]
+    assert report.copied == 990 and report.events == 2
+    assert any("copying the table instead of merging" in line for line in syncer.lines)
+    syncer.assert_equal("public.t")
+    db.execute("update t set v = 2 where id = 1")  # small: merged, and only once
+    report = syncer.run(recopy_fraction=0.3)["public.t"]
+    assert (report.copied, report.events, report.upserted) == (None, 1, 1)
+    ops = [r.operation for r in DeltaTable.forPath(syncer.spark, syncer.path("public.t")).history().collect()]
+    assert ops[:3] == ["MERGE", "WRITE", "WRITE"]
+    syncer.assert_equal("public.t")

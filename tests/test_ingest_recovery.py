@@ -18,7 +18,7 @@ from pgcdc.errors import BusyError, TargetError
 def _config(syncer, tmp_path: Path, consumer: str = "test") -> Path:
     cfg = tmp_path / "pgcdc.toml"
     cfg.write_text(f'consumer = "{consumer}"\n[source]\ndsn = "{syncer.dsn}"\n[target]\nroot = "{syncer.root}"\n'
-                   '[ingest]\njdbc_partitions = 2\n')
+                   '[ingest]\njdbc_partitions = 2\nrecopy_fraction = 0\n')
     return cfg
 
 

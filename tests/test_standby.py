@@ -16,10 +16,15 @@ from pgcdc.state import ConsumerState
 def wait_for_replay(primary: psycopg.Connection, standby_dsn: str, timeout: float = 30) -> None:
     lsn = primary.execute("select pg_current_wal_lsn()").fetchone()[0]
     deadline = time.monotonic() + timeout
-    with psycopg.connect(standby_dsn, autocommit=True) as s:
-        while s.execute("select pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()[0] is not True:
-            assert time.monotonic() < deadline, "standby did not catch up"
-            time.sleep(0.05)
+    while True:  # the test's database itself may not be replayed yet: retry the connection too
+        try:
+            with psycopg.connect(standby_dsn, autocommit=True) as s:
+                if s.execute("select pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()[0]:
+                    return
+        except psycopg.OperationalError:
+            pass
+        assert time.monotonic() < deadline, "standby did not catch up"
+        time.sleep(0.05)
 
 
 def test_ingest_reads_from_a_hot_standby(db: psycopg.Connection, syncer, pg_standby, dsn: str) -> None:
