@@ -141,6 +141,7 @@ class Job:
                          "rows: copying the table instead of merging")
                 state = self.copy_table(primary, reader, jdbc, sysid, t, columns, path, report, state.batch)
                 report.events += batch.events
+                report.batches += 1
             elif batch.events == 0:
                 # nothing of this table below the new watermark: no Delta commit; the mirror
                 # (written below) may move ahead: the events retention then drops are not this table's
