@@ -215,3 +215,30 @@ def test_cli_verify_and_status(db: psycopg.Connection, syncer, tmp_path: Path, c
     out = capsys.readouterr().out
     assert out.startswith("status: OK - 1 table(s) synced; oldest pending change: ")
     assert "test      public.t" in out
+
+
+def test_crash_after_merge_then_idle_rerun_does_not_reapply(db: psycopg.Connection, syncer, monkeypatch) -> None:
+    """A state file one batch behind Delta must not make a run with no new writes look idle."""
+    db.execute("create table t (id int primary key, n int)")
+    db.execute("insert into t values (1, 0)")
+    capture.attach(db, "t")
+    syncer.run()
+    db.execute("update t set n = n + 1")
+    import pgcdc.ingest
+
+    def crash(name: str) -> None:
+        if name == "after-merge":
+            raise KeyboardInterrupt("simulated crash after the Delta commit")
+    monkeypatch.setattr(pgcdc.ingest, "failpoint", crash)
+    with pytest.raises(KeyboardInterrupt):
+        syncer.run()
+    monkeypatch.undo()
+    commits = syncer.commits("public.t")
+    report = syncer.run()["public.t"]  # nothing new was written meanwhile
+    assert (report.events, report.batches) == (0, 0)
+    assert syncer.commits("public.t") == commits  # the committed batch was recognised, not merged again
+    state_file = Path(syncer.path("public.t"), "_pgcdc", "test.json")
+    import json
+
+    assert json.loads(state_file.read_text())["batch"] == 2  # repaired from the commit history
+    syncer.assert_equal("public.t")
