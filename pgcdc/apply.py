@@ -80,8 +80,18 @@ def is_delta(spark: "SparkSession", path: str) -> bool:
 
 
 def create_table(spark: "SparkSession", path: str, schema: "StructType", consumer: str, table: str) -> None:
-    """Create the empty Delta table, marked with its consumer and source table."""
+    """Create the empty Delta table, marked with its consumer and source table.
+
+    Refuses a path that already holds files but no Delta log: they are somebody's data.
+    """
     from delta.tables import DeltaTable
+
+    jvm = spark._jvm
+    folder = jvm.org.apache.hadoop.fs.Path(path)
+    fs = folder.getFileSystem(spark._jsc.hadoopConfiguration())
+    if fs.exists(folder) and len(fs.listStatus(folder)) > 0:
+        raise TargetError(f"{path} holds files but is not a Delta table; move them away or choose another "
+                          "target.root (pgcdc creates its tables in empty places only)")
 
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
     for key, value in {OWNER: consumer, SOURCE: table, "delta.enableDeletionVectors": "true"}.items():

@@ -111,7 +111,7 @@ class Job:
         path = apply.target_path(s.target.root, t.name)
         report = TableReport(t.name, path)
         columns = enrich.table_columns(reader, t.name)
-        if not apply.is_delta(self.spark, path):
+        if not apply.is_delta(self.spark, path):  # (only ever created in an empty place)
             apply.create_table(self.spark, path, enrich.schema_of(self.spark, jdbc, t, columns),
                                s.consumer, t.name)
         apply.check_owner(self.spark, path, s.consumer, t.name)

@@ -242,3 +242,18 @@ def test_crash_after_merge_then_idle_rerun_does_not_reapply(db: psycopg.Connecti
 
     assert json.loads(state_file.read_text())["batch"] == 2  # repaired from the commit history
     syncer.assert_equal("public.t")
+
+
+def test_deleted_delta_log_is_refused_then_synced_again_once_the_folder_is_gone(db: psycopg.Connection,
+                                                                                 syncer) -> None:
+    db.execute("create table t (id int primary key)")
+    db.execute("insert into t values (1), (2)")
+    capture.attach(db, "t")
+    syncer.run()
+    shutil.rmtree(Path(syncer.path("public.t"), "_delta_log"))  # someone "resets" the Delta table
+    with pytest.raises(TargetError, match="holds files but is not a Delta table"):
+        syncer.run()
+    shutil.rmtree(syncer.path("public.t"))
+    report = syncer.run()["public.t"]
+    assert report.copied == 2
+    syncer.assert_equal("public.t")
