@@ -14,7 +14,8 @@ from pgcdc.state import ConsumerState
 
 
 def wait_for_replay(primary: psycopg.Connection, standby_dsn: str, timeout: float = 30) -> None:
-    lsn = primary.execute("select pg_current_wal_lsn()").fetchone()[0]
+    # insert position: with synchronous_commit off the commit record may not be written yet
+    lsn = primary.execute("select pg_current_wal_insert_lsn()").fetchone()[0]
     deadline = time.monotonic() + timeout
     while True:  # the test's database itself may not be replayed yet: retry the connection too
         try:
