@@ -22,6 +22,19 @@ def _config(syncer, tmp_path: Path, consumer: str = "test") -> Path:
     return cfg
 
 
+def run_crashing_at(syncer, monkeypatch, point: str) -> None:
+    """Run ingest in-process and abandon it at a failpoint, as a crash there would."""
+    import pgcdc.ingest
+
+    def crash(name: str) -> None:
+        if name == point:
+            raise KeyboardInterrupt(f"simulated crash at {point}")
+    monkeypatch.setattr(pgcdc.ingest, "failpoint", crash)
+    with pytest.raises(KeyboardInterrupt):
+        syncer.run()
+    monkeypatch.undo()
+
+
 @pytest.mark.slow
 def test_killed_after_merge_then_rerun_applies_each_change_once(db: psycopg.Connection, syncer, tmp_path: Path) -> None:
     db.execute("create table t (id int primary key, n int)")
@@ -60,15 +73,7 @@ def test_crash_before_merge_redoes_the_batch(db: psycopg.Connection, syncer, mon
     capture.attach(db, "t")
     syncer.run()
     db.execute("insert into t values (1), (2)")
-    import pgcdc.ingest
-
-    def crash(name: str) -> None:
-        if name == "before-merge":
-            raise KeyboardInterrupt("simulated crash")
-    monkeypatch.setattr(pgcdc.ingest, "failpoint", crash)
-    with pytest.raises(KeyboardInterrupt):
-        syncer.run()
-    monkeypatch.undo()
+    run_crashing_at(syncer, monkeypatch, "before-merge")
     assert syncer.delta("public.t").count() == 0
     assert syncer.run()["public.t"].events == 1
     syncer.assert_equal("public.t")
@@ -224,15 +229,7 @@ def test_crash_after_merge_then_idle_rerun_does_not_reapply(db: psycopg.Connecti
     capture.attach(db, "t")
     syncer.run()
     db.execute("update t set n = n + 1")
-    import pgcdc.ingest
-
-    def crash(name: str) -> None:
-        if name == "after-merge":
-            raise KeyboardInterrupt("simulated crash after the Delta commit")
-    monkeypatch.setattr(pgcdc.ingest, "failpoint", crash)
-    with pytest.raises(KeyboardInterrupt):
-        syncer.run()
-    monkeypatch.undo()
+    run_crashing_at(syncer, monkeypatch, "after-merge")
     commits = syncer.commits("public.t")
     report = syncer.run()["public.t"]  # nothing new was written meanwhile
     assert (report.events, report.batches) == (0, 0)
