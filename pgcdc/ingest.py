@@ -8,7 +8,8 @@ same consumer exclude each other through an advisory lock on the primary.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -89,17 +90,23 @@ class Job:
         self.reader_dsn = settings.source.replica_dsn or settings.source.dsn
         self.reader_role = "source.replica_dsn" if settings.source.replica_dsn else "source.dsn"
 
-    def run(self) -> list[TableReport]:
-        s = self.settings
-        with connect(s.source.dsn) as primary, connect(self.reader_dsn, role=self.reader_role) as reader:
+    @contextmanager
+    def source(self, names: list[str]) -> Iterator[tuple[psycopg.Connection, psycopg.Connection,
+                                                         list[AttachedTable], dict[str, str], str]]:
+        """Connections (primary, reader) with the consumer's lock held, the tables, JDBC options, system id."""
+        with connect(self.settings.source.dsn) as primary, \
+                connect(self.reader_dsn, role=self.reader_role) as reader:
             capture.require_schema(primary)
             self.lock(primary)
-            tables = select_tables(primary, s.tables)
+            tables = select_tables(primary, names)
+            yield (primary, reader, tables, jdbc_options(self.reader_dsn, role=self.reader_role),
+                   system_id(reader))
+
+    def run(self) -> list[TableReport]:
+        with self.source(self.settings.tables) as (primary, reader, tables, jdbc, sysid):
             if not tables:
                 self.say("no tables attached; run `pgcdc attach SCHEMA.TABLE` first")
                 return []
-            jdbc = jdbc_options(self.reader_dsn, role=self.reader_role)
-            sysid = system_id(reader)
             reports = [self.sync_table(primary, reader, jdbc, sysid, t) for t in tables]
             for action, part in capture.maintain(primary):
                 self.say(f"queue: {action} {part}")
@@ -205,12 +212,7 @@ class Job:
     def resync(self, names: list[str]) -> list[TableReport]:
         """Copy the given tables again from scratch (after a detach/attach, a restore or a schema change)."""
         s = self.settings
-        with connect(s.source.dsn) as primary, connect(self.reader_dsn, role=self.reader_role) as reader:
-            capture.require_schema(primary)
-            self.lock(primary)
-            tables = select_tables(primary, names)
-            jdbc = jdbc_options(self.reader_dsn, role=self.reader_role)
-            sysid = system_id(reader)
+        with self.source(names) as (primary, reader, tables, jdbc, sysid):
             reports = []
             for t in tables:
                 path = apply.target_path(s.target.root, t.name)
@@ -221,10 +223,7 @@ class Job:
                     apply.check_owner(self.spark, path, s.consumer, t.name)
                     last = committed_batch(self.spark, path, s.consumer) or 0
                 state = self.copy_table(primary, reader, jdbc, sysid, t, columns, path, report, last)
-                report.watermark = state.watermark
-                report.pending_events = self.pending(reader, state)
-                self.say(report.line())
-                reports.append(report)
+                reports.append(self.finish(primary, reader, state, path, report))
         return reports
 
     def lock(self, primary: psycopg.Connection) -> None:
