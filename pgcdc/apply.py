@@ -1,20 +1,27 @@
 """Apply: write a batch into its Delta table in one commit that also carries the consumer state.
 
-One MERGE per table per batch: update matched live keys, insert new live keys, delete
-keys whose row is gone; after a TRUNCATE also delete every row the batch does not
-bring back. The state rides in the same commit (Delta's txn action + commitInfo).
+One commit per table per batch with a MERGE's effect (update matched keys, insert new
+keys, delete keys whose row is gone; after a TRUNCATE also delete every row the batch
+does not bring back), done as: deletion vectors over the old rows of the batch's keys
+plus new files with the current rows. The state rides in the same commit (Delta's txn
+action + commitInfo). First syncs and re-syncs overwrite the table in one commit.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from contextlib import contextmanager
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pgcdc.enrich import LIVE
+from py4j.protocol import Py4JJavaError
+
+from pgcdc import faults
 from pgcdc.errors import TargetError
+from pgcdc.jvm import none as jvm_none, pylist, scala_map, seq, some as jvm_some
 from pgcdc.state import ConsumerState, app_id
 
 if TYPE_CHECKING:
@@ -23,6 +30,8 @@ if TYPE_CHECKING:
 
 OWNER = "pgcdc.consumer"
 SOURCE = "pgcdc.source"
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+_FILE, _ROW = "__pgcdc_file", "__pgcdc_row"
 
 
 @dataclass(frozen=True)
@@ -63,7 +72,7 @@ def state_commit(spark: "SparkSession", state: ConsumerState) -> Iterator[None]:
     """Session confs that put the state into the next Delta commit; always unset after."""
     confs = {"spark.databricks.delta.write.txnAppId": app_id(state.consumer),
              "spark.databricks.delta.write.txnVersion": str(state.batch),
-             "spark.databricks.delta.commitInfo.userMetadata": state.to_json()}
+             USER_METADATA: state.to_json()}
     for key, value in confs.items():
         spark.conf.set(key, value)
     try:
@@ -118,7 +127,7 @@ def check_schema(target: "StructType", source: "StructType", path: str, table: s
     leave stale values behind.
     """
     have = {f.name: f.dataType for f in target.fields}
-    want = {f.name: f.dataType for f in source.fields if f.name != LIVE}
+    want = {f.name: f.dataType for f in source.fields}
     dropped = [n for n in have if n not in want]
     if dropped:
         raise TargetError(f"column(s) {', '.join(dropped)} of {path} no longer exist in {table}; "
@@ -159,26 +168,86 @@ def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: Consum
     return _last_commit(spark, path, state)
 
 
-def merge(spark: "SparkSession", path: str, batch: "DataFrame", keys: list[str], state: ConsumerState,
+def merge(spark: "SparkSession", path: str, keys: "DataFrame", rows: "DataFrame", state: ConsumerState,
           truncate: bool, bounds: tuple[int, int] | None = None) -> Written:
-    """MERGE one batch (columns + LIVE) into the table in one commit carrying the state.
+    """Apply one batch in one Delta commit that also carries the state.
 
-    `bounds` (lowest, highest key of a one-column integer key) lets Delta skip files by
-    their key statistics; it is not used with a TRUNCATE, which must reach every row.
+    Every Delta row whose key is in the batch (`keys`: the key columns) is marked deleted
+    with a deletion vector, and the batch's live rows (`rows`) are written as new files:
+    update matched, insert new, delete gone, as a MERGE would, but with one join of the
+    keys against the target's key column instead of Delta MERGE's three passes, and no
+    unchanged row rewritten. After a TRUNCATE every row is marked deleted. `bounds`
+    (lowest, highest key of a one-column integer key) lets Delta skip the files whose key
+    range lies outside the batch.
     """
-    from delta.tables import DeltaTable
+    from pyspark import StorageLevel
 
-    cols = [f.name for f in batch.schema.fields if f.name != LIVE]
-    values = {_col(c): f"s.{_col(c)}" for c in cols}
-    on = " and ".join(f"t.{_col(k)} = s.{_col(k)}" for k in keys)
+    started = time.monotonic()
+    delta = spark._jvm.org.apache.spark.sql.delta
+    txn = delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()
+    if txn.txnVersion(app_id(state.consumer)) >= state.batch:
+        raise TargetError(f"batch {state.batch} of consumer {state.consumer} is already committed to {path}: "
+                          "is a second ingest running elsewhere?")
+    # Reading the whole file list records it in the transaction: a concurrent rewrite of
+    # those files (OPTIMIZE elsewhere) makes this commit fail instead of resurrecting rows.
+    files = txn.filterFiles()
+    keys = keys.persist(StorageLevel.MEMORY_AND_DISK)  # read once from PostgreSQL: counted, then joined
+    try:
+        return _apply(spark, path, txn, files, keys, rows, state, truncate, bounds, started)
+    finally:
+        keys.unpersist()
+
+
+def _apply(spark: "SparkSession", path: str, txn: Any, files: Any, keys: "DataFrame", rows: "DataFrame",
+           state: ConsumerState, truncate: bool, bounds: tuple[int, int] | None, started: float) -> Written:
+    from pyspark.sql import functions as F
+
+    jvm, session = spark._jvm, spark._jsparkSession
+    delta = jvm.org.apache.spark.sql.delta
+    helper = delta.commands.DMLWithDeletionVectorsHelper
+    num_keys = keys.count()
+    key_columns = keys.columns
+    target = spark.read.format("delta").option("versionAsOf", txn.snapshot().version()).load(path)
     if bounds is not None and not truncate:
-        on = f"t.{_col(keys[0])} between {int(bounds[0])} and {int(bounds[1])} and {on}"
-    builder = (DeltaTable.forPath(spark, path).alias("t").merge(batch.alias("s"), on)
-               .whenMatchedDelete(condition=f"not s.{LIVE}")
-               .whenMatchedUpdate(condition=f"s.{LIVE}", set=values)
-               .whenNotMatchedInsert(condition=f"s.{LIVE}", values=values))
-    if truncate:  # the table was emptied in PostgreSQL: drop every row this batch does not bring back
-        builder = builder.whenNotMatchedBySourceDelete()
-    with state_commit(spark, state):
-        builder.execute()
-    return _last_commit(spark, path, state)
+        target = target.where(F.col(key_columns[0]).between(int(bounds[0]), int(bounds[1])))
+    target = target.select(*key_columns, F.col("_metadata.file_path").alias(_FILE),
+                           F.col("_metadata.row_index").alias(_ROW))
+    matched = target if truncate else target.join(keys, on=key_columns)
+    bitmaps = delta.commands.DeletionVectorBitmapGenerator.buildRowIndexSetsForFilesMatchingCondition(
+        session, txn, True, matched._jdf, files, jvm.org.apache.spark.sql.catalyst.expressions.Literal.TrueLiteral(),
+        jvm_some(spark, F.col(_FILE)._jc), jvm_some(spark, F.col(_ROW)._jc))
+    touched = helper.findFilesWithMatchingRows(txn, helper.generateCandidateFileMap(txn.deltaLog().dataPath(), files),
+                                               bitmaps)
+    removals = helper.processUnmodifiedData(session, touched, txn.snapshot())
+    added = pylist(spark, txn.writeFiles(rows._jdf))
+    upserted = sum(json.loads(a.stats()).get("numRecords", 0) for a in added if a.stats())
+    dv_metrics = {str(k): int(v) for k, v in jvm.scala.jdk.javaapi.CollectionConverters.asJava(removals._2()).items()}
+
+    metrics = {"operationNumSourceRows": num_keys, "numOutputRows": upserted, "numTargetRowsCopied": 0,
+               "numTargetFilesAdded": len(added), "numTargetFilesRemoved": dv_metrics.get("numRemovedFiles", 0),
+               "numTargetDeletionVectorsAdded": dv_metrics.get("numDeletionVectorsAdded", 0),
+               "numTargetDeletionVectorsRemoved": dv_metrics.get("numDeletionVectorsRemoved", 0),
+               "numTargetDeletionVectorsUpdated": dv_metrics.get("numDeletionVectorsUpdated", 0),
+               "executionTimeMs": int((time.monotonic() - started) * 1000)}
+    sql_metrics = {}
+    for name, value in metrics.items():
+        sql_metrics[name] = jvm.org.apache.spark.sql.execution.metric.SQLMetrics.createMetric(spark._jsc.sc(), name)
+        sql_metrics[name].set(int(value))
+    txn.registerSQLMetrics(session, scala_map(spark, sql_metrics))
+
+    mark = delta.actions.SetTransaction(app_id(state.consumer), state.batch,
+                                        jvm_some(spark, jvm.java.lang.Long.valueOf(int(time.time() * 1000))))
+    operation = getattr(delta, "DeltaOperations$Merge")(*[jvm_none(spark)] * 4, *[seq(spark, [])] * 3)
+    actions = seq(spark, pylist(spark, removals._1()) + added + [mark])
+    faults.failpoint("before-commit")
+    spark.conf.set(USER_METADATA, state.to_json())
+    try:
+        version = txn.commit(actions, operation)
+    except Py4JJavaError as e:
+        if "Concurrent" not in e.java_exception.getClass().getName():
+            raise
+        raise TargetError(f"{path} was changed by another writer (e.g. OPTIMIZE) while batch {state.batch} was "
+                          "applied; nothing of the batch was committed: run the ingest again") from None
+    finally:
+        spark.conf.unset(USER_METADATA)
+    return Written(int(version), upserted, num_keys - upserted)

@@ -1,10 +1,11 @@
 """Enrichment: read the current rows for a batch's keys from PostgreSQL through Spark JDBC.
 
 The keys never pass through the driver: each JDBC read runs one query that takes
-the batch's queue rows (Batch.filter_sql), unnests and decodes their keys, keeps
-its hash share of them, and LEFT JOINs the table. A key without a current row
-(or whose row no longer matches the attach predicate) comes back with
-__pgcdc_live = false: a delete.
+the batch's queue rows (Batch.filter_sql), unnests and decodes their keys and keeps
+its hash share of them. Two reads per batch: the keys alone (every Delta row with
+one of them is replaced or deleted) and the keys joined to the table (the rows to
+write). A key without a current row (or whose row no longer matches the attach
+predicate) is thus a delete.
 
 Column types are mapped so nothing is lost on the way to Delta: types Spark's JDBC
 reader maps exactly are read as they are; the rest (unconstrained or > 38 digit
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-LIVE = "__pgcdc_live"
 # Types Spark's PostgreSQL JDBC dialect maps without loss (numeric only with precision <= 38).
 NATIVE = {"int2", "int4", "int8", "float4", "float8", "bool", "text", "varchar", "bpchar", "date",
           "timestamp", "timestamptz", "bytea", "numeric"}
@@ -98,23 +98,32 @@ def _decode_key(t: AttachedTable, key: str) -> list[str]:
     return [f"(({key})::text[])[{i + 1}]::{typ}" for i, typ in enumerate(t.key_types)]
 
 
-def enrichment_query(t: AttachedTable, columns: list[Column], batch: Batch, part: int, partitions: int) -> str:
-    """The SQL reading share `part` of `partitions` of one table's batch: its columns plus LIVE."""
+def _batch_keys(t: AttachedTable, batch: Batch, part: int, partitions: int) -> str:
+    """A subquery `k` with the batch's distinct keys (typed key columns) in share `part` of `partitions`."""
     refs = [_ident(k) for k in t.key_columns]
     decoded = ", ".join(f"{expr} as {ref}" for expr, ref in zip(_decode_key(t, "u.k"), refs))
-    join = " and ".join(f"t.{ref} = k.{ref}" for ref in refs)
-    predicate = f" where ({t.predicate})" if t.predicate else ""
     # Shares are cut by the hash of the decoded key, not of its text: equal keys can be
     # queued in different text forms (numeric 1.0 and 1.00), and must meet in one share
-    # for `distinct` to keep one of them (a MERGE refuses two source rows for one key).
+    # for `distinct` to keep one of them (one key, one row).
     n = int(partitions)
     share = f"((hash_record(row({', '.join('k.' + r for r in refs)})) % {n}) + {n}) % {n} = {int(part)}"
-    return (
-        f"select {_select_list(columns, 't', t.key_columns, 'k')}, t.{LIVE} is not null as {LIVE} "
-        f"from (select distinct {decoded} from pgcdc.commit_queue q cross join lateral unnest(q.keys) u(k) "
-        f"where {batch.filter_sql('q')}) k "
-        f"left join (select true as {LIVE}, src.* from {t.name} src{predicate}) t on {join} "
-        f"where {share}")
+    return (f"(select * from (select distinct {decoded} from pgcdc.commit_queue q "
+            f"cross join lateral unnest(q.keys) u(k) where {batch.filter_sql('q')}) k where {share}) k")
+
+
+def keys_query(t: AttachedTable, columns: list[Column], batch: Batch, part: int, partitions: int) -> str:
+    """The SQL reading share `part` of the batch's keys, in the form the Delta table holds them."""
+    keys = [c for c in columns if c.name in t.key_columns]
+    return (f"select {_select_list(keys, 'k', t.key_columns)} "
+            f"from {_batch_keys(t, batch, part, partitions)}")
+
+
+def rows_query(t: AttachedTable, columns: list[Column], batch: Batch, part: int, partitions: int) -> str:
+    """The SQL reading share `part` of the batch's current rows (keys without one are deletes)."""
+    join = " and ".join(f"t.{r} = k.{r}" for r in (_ident(k) for k in t.key_columns))
+    predicate = f" and ({t.predicate})" if t.predicate else ""
+    return (f"select {_select_list(columns, 't', t.key_columns)} "
+            f"from {_batch_keys(t, batch, part, partitions)} join {t.name} t on {join}{predicate}")
 
 
 def copy_query(t: AttachedTable, columns: list[Column], lo_page: int, hi_page: int | None) -> str:
@@ -161,9 +170,11 @@ def key_bounds(conn: psycopg.Connection, t: AttachedTable, batch: Batch) -> tupl
 
 
 def read_batch(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],
-               batch: Batch, partitions: int) -> "DataFrame":
-    """The batch's rows (and deletes, LIVE = false) as a DataFrame, read in parallel shares."""
-    return _read(spark, jdbc, [enrichment_query(t, columns, batch, p, partitions) for p in range(partitions)])
+               batch: Batch, partitions: int) -> tuple["DataFrame", "DataFrame"]:
+    """The batch's keys and its keys' current rows, each read in parallel shares."""
+    keys = _read(spark, jdbc, [keys_query(t, columns, batch, p, partitions) for p in range(partitions)])
+    rows = _read(spark, jdbc, [rows_query(t, columns, batch, p, partitions) for p in range(partitions)])
+    return keys, rows
 
 
 def read_table(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],

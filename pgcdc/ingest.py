@@ -7,7 +7,6 @@ same consumer exclude each other through an advisory lock on the primary.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from pgcdc import apply, capture, enrich, events
+from pgcdc import apply, capture, enrich, events, faults
 from pgcdc.capture import AttachedTable
 from pgcdc.db import connect, jdbc_options
 from pgcdc.errors import BusyError, TableError, TargetError
@@ -46,12 +45,6 @@ class TableReport:
         return (f"{self.table}: {what}{self.events} events in {self.batches} batches, {self.upserted} upserted, "
                 f"{self.deleted} deleted; watermark {self.watermark}; {self.pending_events} events pending "
                 f"-> {self.path}")
-
-
-def failpoint(name: str) -> None:
-    """Test hook: PGCDC_FAILPOINT=<name> kills the process here, as a crash would."""
-    if os.environ.get("PGCDC_FAILPOINT") == name:
-        os._exit(99)
 
 
 def system_id(conn: psycopg.Connection) -> str:
@@ -238,16 +231,16 @@ class Job:
     def apply_batch(self, primary: psycopg.Connection, jdbc: dict[str, str], t: AttachedTable,
                     columns: list[enrich.Column], batch: events.Batch, bounds: tuple[int, int] | None,
                     state: ConsumerState, path: str, report: TableReport) -> ConsumerState:
-        rows = enrich.read_batch(self.spark, jdbc, t, columns, batch, self.settings.ingest.jdbc_partitions)
+        keys, rows = enrich.read_batch(self.spark, jdbc, t, columns, batch, self.settings.ingest.jdbc_partitions)
         target = self.spark.read.format("delta").load(path).schema
         added = apply.check_schema(target, rows.schema, path, t.name)
         if added:
             apply.add_columns(self.spark, path, rows.schema, added)
             self.say(f"{t.name}: new column(s) {', '.join(added)} added to {path}")
         new_state = batch.next_state(state)
-        failpoint("before-merge")
-        written = apply.merge(self.spark, path, rows, t.key_columns, new_state, batch.truncate, bounds)
-        failpoint("after-merge")
+        faults.failpoint("before-merge")
+        written = apply.merge(self.spark, path, keys, rows, new_state, batch.truncate, bounds)
+        faults.failpoint("after-merge")
         self.committed(primary, path, new_state)
         report.batches += 1
         report.events += batch.events

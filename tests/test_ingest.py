@@ -243,3 +243,43 @@ def test_batch_changing_much_of_the_table_is_applied_by_a_copy(db: psycopg.Conne
     ops = [r.operation for r in DeltaTable.forPath(syncer.spark, syncer.path("public.t")).history().collect()]
     assert ops[:3] == ["MERGE", "WRITE", "WRITE"]
     syncer.assert_equal("public.t")
+
+
+def test_batches_mark_old_rows_deleted_and_write_only_the_changed_rows(db: psycopg.Connection, syncer) -> None:
+    from delta.tables import DeltaTable
+
+    db.execute("create table t (id int primary key, v text)")
+    db.execute("insert into t select i, 'x' from generate_series(1, 200) i")
+    capture.attach(db, "t")
+    syncer.run()
+    copied = set(syncer.delta("public.t").inputFiles())
+
+    def last_commit():
+        return DeltaTable.forPath(syncer.spark, syncer.path("public.t")).history(1).collect()[0]
+
+    db.execute("update t set v = 'y' where id <= 5")
+    db.execute("delete from t where id in (6, 7)")
+    db.execute("insert into t values (201, 'new'), (202, 'new'), (203, 'new')")
+    report = syncer.run()["public.t"]
+    assert (report.upserted, report.deleted) == (8, 2)
+    syncer.assert_equal("public.t")
+    commit = last_commit()
+    assert commit.operation == "MERGE"
+    assert commit.operationMetrics["numOutputRows"] == "8"  # only the changed rows were written
+    assert commit.operationMetrics["numTargetDeletionVectorsAdded"] == str(len(copied))
+    assert copied <= set(syncer.delta("public.t").inputFiles())  # the copied files stay, with deletion vectors
+
+    # the same rows again (a deletion vector merged with the one already there), a key
+    # inserted and deleted between two runs, then every row gone
+    db.execute("update t set v = 'z' where id <= 6 or id = 201")
+    db.execute("delete from t where id in (1, 202)")
+    db.execute("insert into t values (300, 'gone')")
+    db.execute("delete from t where id = 300")
+    report = syncer.run()["public.t"]
+    assert (report.upserted, report.deleted) == (5, 3)  # 2..5, 201 written; 1, 202, 300 have no row
+    syncer.assert_equal("public.t")
+    assert syncer.delta("public.t").groupBy("id").count().where("count > 1").count() == 0
+    db.execute("delete from t")
+    syncer.run()
+    syncer.assert_equal("public.t")
+    assert syncer.delta("public.t").count() == 0

@@ -24,12 +24,12 @@ def _config(syncer, tmp_path: Path, consumer: str = "test") -> Path:
 
 def run_crashing_at(syncer, monkeypatch, point: str) -> None:
     """Run ingest in-process and abandon it at a failpoint, as a crash there would."""
-    import pgcdc.ingest
+    import pgcdc.faults
 
     def crash(name: str) -> None:
         if name == point:
             raise KeyboardInterrupt(f"simulated crash at {point}")
-    monkeypatch.setattr(pgcdc.ingest, "failpoint", crash)
+    monkeypatch.setattr(pgcdc.faults, "failpoint", crash)
     with pytest.raises(KeyboardInterrupt):
         syncer.run()
     monkeypatch.undo()
@@ -254,3 +254,30 @@ def test_deleted_delta_log_is_refused_then_synced_again_once_the_folder_is_gone(
     report = syncer.run()["public.t"]
     assert report.copied == 2
     syncer.assert_equal("public.t")
+
+
+def test_other_writer_committing_during_a_batch_fails_it_then_the_rerun_applies_it_once(
+        db: psycopg.Connection, syncer, monkeypatch) -> None:
+    import pgcdc.faults
+
+    db.execute("create table t (id int primary key, v text)")
+    db.execute("insert into t select i, 'x' from generate_series(1, 20) i")
+    capture.attach(db, "t")
+    syncer.run()
+    db.execute("update t set v = 'y' where id < 5")
+    syncer.run()  # two data files now: the copy (with a deletion vector) and the batch's
+    path = syncer.path("public.t")
+
+    def compact(name: str) -> None:  # another writer rewrites the files the batch marks
+        if name == "before-commit":
+            syncer.spark.sql(f"optimize delta.`{path}`")
+    monkeypatch.setattr(pgcdc.faults, "failpoint", compact)
+    db.execute("update t set v = 'z' where id < 3")
+    commits = syncer.commits("public.t")
+    with pytest.raises(TargetError, match="changed by another writer"):
+        syncer.run()
+    monkeypatch.undo()
+    assert syncer.commits("public.t") == commits + 1  # the OPTIMIZE only
+    assert syncer.run()["public.t"].events == 1
+    syncer.assert_equal("public.t")
+    assert syncer.delta("public.t").count() == 20
