@@ -32,6 +32,7 @@ OWNER = "pgcdc.consumer"
 SOURCE = "pgcdc.source"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 _FILE, _ROW = "__pgcdc_file", "__pgcdc_row"
+BROADCAST_KEYS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ def add_columns(spark: "SparkSession", path: str, source: "StructType", names: l
 
 
 def _last_commit(spark: "SparkSession", path: str, state: ConsumerState) -> Written:
-    """Find the commit that carries `state` and read its row counts; fail if the MERGE was skipped."""
+    """Find the commit that carries `state` and read its row counts; fail if the write was skipped."""
     from delta.tables import DeltaTable
 
     for row in DeltaTable.forPath(spark, path).history(20).collect():
@@ -212,7 +213,10 @@ def _apply(spark: "SparkSession", path: str, txn: Any, files: Any, keys: "DataFr
         target = target.where(F.col(key_columns[0]).between(int(bounds[0]), int(bounds[1])))
     target = target.select(*key_columns, F.col("_metadata.file_path").alias(_FILE),
                            F.col("_metadata.row_index").alias(_ROW))
-    matched = target if truncate else target.join(keys, on=key_columns)
+    # Up to BROADCAST_KEYS keys are sent whole to every task (no shuffle of the target's
+    # key column); above, Spark shuffles both sides and no key set goes through the driver.
+    small = num_keys <= BROADCAST_KEYS
+    matched = target if truncate else target.join(F.broadcast(keys) if small else keys, on=key_columns)
     bitmaps = delta.commands.DeletionVectorBitmapGenerator.buildRowIndexSetsForFilesMatchingCondition(
         session, txn, True, matched._jdf, files, jvm.org.apache.spark.sql.catalyst.expressions.Literal.TrueLiteral(),
         jvm_some(spark, F.col(_FILE)._jc), jvm_some(spark, F.col(_ROW)._jc))

@@ -80,7 +80,7 @@ def run_demo(lake: Path = Path(".demo/lake")) -> None:
             run(settings, spark, say=lambda line: say("  " + line))
             conn.execute(ROUND_2)
             say("writes: 2 inserts, orders shipped, 5 customers deleted (with their orders), a primary key change")
-            say("ingest #2 (only the changed keys are read and merged)")
+            say("ingest #2 (only the changed keys are read and applied)")
             run(settings, spark, say=lambda line: say("  " + line))
 
             results = verify(spark, conn, jdbc_options(pg.dsn()), settings.target.root,

@@ -57,7 +57,7 @@ class Column:
         """The SQL that reads this column (given as `expr`) in a Spark-safe form.
 
         A key stored as text must have one text per value, or equal keys (numeric 1.0 and
-        1.00) would not match in the MERGE: numeric keys lose trailing zeros."""
+        1.00) would not match in Delta: numeric keys lose trailing zeros."""
         if self.native:
             return expr
         if key and self.base == "numeric" and not self.is_array:
@@ -159,7 +159,7 @@ def _read(spark: "SparkSession", jdbc: dict[str, str], queries: list[str], snaps
 def key_bounds(conn: psycopg.Connection, t: AttachedTable, batch: Batch) -> tuple[int, int] | None:
     """Lowest and highest key of the batch for a one-column integer key, else None.
 
-    Read from the queue in PostgreSQL (no Spark job); the MERGE uses them so Delta can
+    Read from the queue in PostgreSQL (no Spark job); the apply step uses them so Delta can
     skip files whose key range lies outside the batch (changes to recent rows).
     """
     if len(t.key_columns) != 1 or t.key_types[0] not in ("smallint", "integer", "bigint"):

@@ -1,4 +1,4 @@
-"""The ingest job: for each table, batch after batch, queue -> enrichment -> MERGE + state.
+"""The ingest job: for each table, batch after batch, queue -> enrichment -> apply + state.
 
 One run takes every configured table up to the txmin it saw when it started (plus,
 in out-of-order mode, the committed transactions above it) and exits. Runs of the
@@ -143,7 +143,7 @@ class Job:
                 break
             if batch.events and 0 < s.ingest.recopy_fraction and rows > 0 and \
                     batch.keys >= s.ingest.recopy_fraction * rows:
-                # a MERGE reads and rewrites most files anyway: copying the table again is cheaper,
+                # copying the table again is faster for such a batch and leaves it compact;
                 # and its snapshot covers every event below its txmin, this batch included
                 self.say(f"{t.name}: batch of {batch.keys} keys is >= {s.ingest.recopy_fraction:.0%} of ~{rows:.0f} "
                          "rows: copying the table instead of merging")

@@ -57,7 +57,7 @@ class IngestSettings(BaseModel):
     recopy_fraction: float = Field(
         default=0.1, ge=0, le=1,
         description="a batch changing at least this fraction of a table's rows (estimated) is applied by "
-        "copying the table again instead of a MERGE, which is faster for such batches; 0 = always MERGE",
+        "copying the table again, which is faster for such batches and leaves it compact; 0 = never",
     )
 
 
