@@ -144,9 +144,9 @@ class Job:
             if batch.events and 0 < s.ingest.recopy_fraction and rows > 0 and \
                     batch.keys >= s.ingest.recopy_fraction * rows:
                 # copying the table again is faster for such a batch and leaves it compact;
-                # and its snapshot covers every event below its txmin, this batch included
+                # its snapshot covers every event below its txmin, this batch included
                 self.say(f"{t.name}: batch of {batch.keys} keys is >= {s.ingest.recopy_fraction:.0%} of ~{rows:.0f} "
-                         "rows: copying the table instead of merging")
+                         "rows: copying the table instead of applying the batch")
                 state = self.copy_table(primary, reader, jdbc, sysid, t, columns, path, report, state.batch)
                 report.events += batch.events
                 report.batches += 1
