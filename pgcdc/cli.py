@@ -154,6 +154,17 @@ def cmd_resync(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reset_watermark(args: argparse.Namespace) -> int:
+    """After a restore: copy every synced table again, so data and watermarks match the database as it is now."""
+    from pgcdc.ingest import resync
+
+    settings = _settings(args)
+    reports = resync(settings, settings.tables)
+    print(f"reset {len(reports)} table(s) of consumer {settings.consumer} to the database as it is now "
+          "(each copied again, new watermark); continue with `pgcdc ingest`")
+    return 0
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     """Compare Delta tables with PostgreSQL; exit 1 if any differs."""
     from pgcdc.db import connect, jdbc_options
@@ -204,6 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("ingest", cmd_ingest, "sync attached tables into Delta once (local Spark; see jobs/ingest.py for spark-submit)")
     p = add("resync", cmd_resync, "copy tables into Delta again from scratch (after re-attach, restore, schema change)")
     p.add_argument("tables", nargs="+", metavar="TABLE")
+    add("reset-watermark", cmd_reset_watermark,
+        "after a database restore or a failover to a lagging standby: copy every synced table again")
     p = add("verify", cmd_verify, "compare Delta tables with PostgreSQL row by row (exit 1 if any differs)")
     p.add_argument("tables", nargs="*", metavar="TABLE", help="default: the configured (or all attached) tables")
     add("status", cmd_status, "show whether capture and sync are healthy")

@@ -120,12 +120,12 @@ class Job:
             # Fast path for an idle table: the state file may only lag Delta after a crash
             # between the commit and the file write, and then the lagging state still sees
             # the committed batch's events as pending, so it is never idle.
-            self.check_state(quick, sysid, t, path)
+            self.check_state(primary, quick, sysid, t, path)
             return self.finish(primary, reader, quick, path, report)
         state = load_state(self.spark, path, s.consumer)
         if state is None:
             state = self.copy_table(primary, reader, jdbc, sysid, t, columns, path, report, 0)
-        self.check_state(state, sysid, t, path)
+        self.check_state(primary, state, sysid, t, path)
 
         start_txmin = None
         while True:
@@ -253,11 +253,20 @@ class Job:
         write_state_file(self.spark, path, state)
         mirror_state(primary, state, path)
 
-    def check_state(self, state: ConsumerState, sysid: str, t: AttachedTable, path: str) -> None:
+    def check_state(self, primary: psycopg.Connection, state: ConsumerState, sysid: str, t: AttachedTable,
+                    path: str) -> None:
+        """Refuse a state that does not belong to this database as it is now (see docs/operations.md)."""
         if state.system_id != sysid:
             raise TargetError(f"{path} was synced from another PostgreSQL cluster (system id {state.system_id}, now "
                               f"{sysid}); after a restore txids restart, so its watermark means nothing here: "
-                              f"run `pgcdc resync {t.name}`")
+                              f"run `pgcdc reset-watermark` (or `pgcdc resync {t.name}`)")
+        # the next txid the primary hands out: a watermark above it means the database went back in time
+        next_txid = int(primary.execute("select pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0])
+        if state.watermark > next_txid:
+            raise TargetError(f"{path} holds changes up to txid {state.watermark}, but the database is only at txid "
+                              f"{next_txid}: it was restored from an earlier backup (or failed over to a "
+                              "standby that was behind), and changes Delta holds are gone from it; run "
+                              "`pgcdc reset-watermark` to copy the tables again from the database as it is now")
         if state.table_id != t.table_id:
             raise TargetError(f"{t.name} was detached and attached again since {path} was last synced; changes in "
                               f"between were not captured: run `pgcdc resync {t.name}`")

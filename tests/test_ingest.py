@@ -235,9 +235,9 @@ def test_batch_changing_much_of_the_table_is_applied_by_a_copy(db: psycopg.Conne
     db.execute("delete from t where id > 990")
     report = syncer.run(recopy_fraction=0.3)["public.t"]
     assert (report.copied, report.events, report.batches) == (990, 2, 1)
-    assert any("copying the table instead of merging" in line for line in syncer.lines)
+    assert any("copying the table instead of applying the batch" in line for line in syncer.lines)
     syncer.assert_equal("public.t")
-    db.execute("update t set v = 2 where id = 1")  # small: merged, and only once
+    db.execute("update t set v = 2 where id = 1")  # small: applied, and only once
     report = syncer.run(recopy_fraction=0.3)["public.t"]
     assert (report.copied, report.events, report.upserted) == (None, 1, 1)
     ops = [r.operation for r in DeltaTable.forPath(syncer.spark, syncer.path("public.t")).history().collect()]

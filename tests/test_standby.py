@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import SecretStr
@@ -12,20 +10,7 @@ from pgcdc import capture, events
 from pgcdc.ingest import Job
 from pgcdc.state import ConsumerState
 
-
-def wait_for_replay(primary: psycopg.Connection, standby_dsn: str, timeout: float = 30) -> None:
-    # insert position: with synchronous_commit off the commit record may not be written yet
-    lsn = primary.execute("select pg_current_wal_insert_lsn()").fetchone()[0]
-    deadline = time.monotonic() + timeout
-    while True:  # the test's database itself may not be replayed yet: retry the connection too
-        try:
-            with psycopg.connect(standby_dsn, autocommit=True) as s:
-                if s.execute("select pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()[0]:
-                    return
-        except psycopg.OperationalError:
-            pass
-        assert time.monotonic() < deadline, "standby did not catch up"
-        time.sleep(0.05)
+from fixtures.pg import wait_for_replay
 
 
 def test_ingest_reads_from_a_hot_standby(db: psycopg.Connection, syncer, pg_standby, dsn: str) -> None:
