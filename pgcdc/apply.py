@@ -189,6 +189,11 @@ def merge(spark: "SparkSession", path: str, keys: "DataFrame", rows: "DataFrame"
     if txn.txnVersion(app_id(state.consumer)) >= state.batch:
         raise TargetError(f"batch {state.batch} of consumer {state.consumer} is already committed to {path}: "
                           "is a second ingest running elsewhere?")
+    enabled = txn.metadata().configuration().get("delta.enableDeletionVectors")
+    if not (enabled.isDefined() and str(enabled.get()).lower() == "true"):
+        raise TargetError(f"deletion vectors are turned off on {path}; pgcdc applies batches with them: turn them on "
+                          f"again (ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = "
+                          "'true')) and run the ingest again")
     # Reading the whole file list records it in the transaction: a concurrent rewrite of
     # those files (OPTIMIZE elsewhere) makes this commit fail instead of resurrecting rows.
     files = txn.filterFiles()

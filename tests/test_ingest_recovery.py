@@ -281,3 +281,20 @@ def test_other_writer_committing_during_a_batch_fails_it_then_the_rerun_applies_
     assert syncer.run()["public.t"].events == 1
     syncer.assert_equal("public.t")
     assert syncer.delta("public.t").count() == 20
+
+
+def test_deletion_vectors_turned_off_by_another_tool_is_a_clear_error(db: psycopg.Connection, syncer) -> None:
+    db.execute("create table t (id int primary key, v text)")
+    db.execute("insert into t values (1, 'a'), (2, 'b')")
+    capture.attach(db, "t")
+    syncer.run()
+    path = syncer.path("public.t")
+    syncer.spark.sql(f"alter table delta.`{path}` set tblproperties ('delta.enableDeletionVectors' = 'false')")
+    db.execute("update t set v = 'c' where id = 1")
+    commits = syncer.commits("public.t")
+    with pytest.raises(TargetError, match="deletion vectors"):
+        syncer.run()
+    assert syncer.commits("public.t") == commits
+    syncer.spark.sql(f"alter table delta.`{path}` set tblproperties ('delta.enableDeletionVectors' = 'true')")
+    assert syncer.run()["public.t"].events == 1
+    syncer.assert_equal("public.t")
