@@ -206,12 +206,29 @@ def merge(spark: "SparkSession", path: str, keys: "DataFrame", rows: "DataFrame"
 
 def _apply(spark: "SparkSession", path: str, txn: Any, files: Any, keys: "DataFrame", rows: "DataFrame",
            state: ConsumerState, truncate: bool, bounds: tuple[int, int] | None, started: float) -> Written:
+    num_keys = keys.count()
+    removals, dv_metrics = _mark_deleted(spark, path, txn, files, keys, num_keys, truncate, bounds)
+    added = pylist(spark, txn.writeFiles(rows._jdf))
+    upserted = sum(json.loads(a.stats()).get("numRecords", 0) for a in added if a.stats())
+    _record_metrics(spark, txn, {
+        "operationNumSourceRows": num_keys, "numOutputRows": upserted, "numTargetRowsCopied": 0,
+        "numTargetFilesAdded": len(added), "numTargetFilesRemoved": dv_metrics.get("numRemovedFiles", 0),
+        "numTargetDeletionVectorsAdded": dv_metrics.get("numDeletionVectorsAdded", 0),
+        "numTargetDeletionVectorsRemoved": dv_metrics.get("numDeletionVectorsRemoved", 0),
+        "numTargetDeletionVectorsUpdated": dv_metrics.get("numDeletionVectorsUpdated", 0),
+        "executionTimeMs": int((time.monotonic() - started) * 1000)})
+    version = _commit(spark, path, txn, removals + added, state)
+    return Written(version, upserted, num_keys - upserted)
+
+
+def _mark_deleted(spark: "SparkSession", path: str, txn: Any, files: Any, keys: "DataFrame", num_keys: int,
+                  truncate: bool, bounds: tuple[int, int] | None) -> tuple[list[Any], dict[str, int]]:
+    """Deletion vectors over every row of the table's files (as of the transaction) whose
+    key is in `keys` (every row after a TRUNCATE): the file actions and Delta's counts."""
     from pyspark.sql import functions as F
 
     jvm, session = spark._jvm, spark._jsparkSession
-    delta = jvm.org.apache.spark.sql.delta
-    helper = delta.commands.DMLWithDeletionVectorsHelper
-    num_keys = keys.count()
+    commands = jvm.org.apache.spark.sql.delta.commands
     key_columns = keys.columns
     target = spark.read.format("delta").option("versionAsOf", txn.snapshot().version()).load(path)
     if bounds is not None and not truncate:
@@ -220,38 +237,41 @@ def _apply(spark: "SparkSession", path: str, txn: Any, files: Any, keys: "DataFr
                            F.col("_metadata.row_index").alias(_ROW))
     # Up to BROADCAST_KEYS keys are sent whole to every task (no shuffle of the target's
     # key column); above, Spark shuffles both sides and no key set goes through the driver.
-    small = num_keys <= BROADCAST_KEYS
-    matched = target if truncate else target.join(F.broadcast(keys) if small else keys, on=key_columns)
-    bitmaps = delta.commands.DeletionVectorBitmapGenerator.buildRowIndexSetsForFilesMatchingCondition(
+    matched = target if truncate else target.join(F.broadcast(keys) if num_keys <= BROADCAST_KEYS else keys,
+                                                  on=key_columns)
+    bitmaps = commands.DeletionVectorBitmapGenerator.buildRowIndexSetsForFilesMatchingCondition(
         session, txn, True, matched._jdf, files, jvm.org.apache.spark.sql.catalyst.expressions.Literal.TrueLiteral(),
         jvm_some(spark, F.col(_FILE)._jc), jvm_some(spark, F.col(_ROW)._jc))
+    helper = commands.DMLWithDeletionVectorsHelper
     touched = helper.findFilesWithMatchingRows(txn, helper.generateCandidateFileMap(txn.deltaLog().dataPath(), files),
                                                bitmaps)
-    removals = helper.processUnmodifiedData(session, touched, txn.snapshot())
-    added = pylist(spark, txn.writeFiles(rows._jdf))
-    upserted = sum(json.loads(a.stats()).get("numRecords", 0) for a in added if a.stats())
-    dv_metrics = {str(k): int(v) for k, v in jvm.scala.jdk.javaapi.CollectionConverters.asJava(removals._2()).items()}
+    result = helper.processUnmodifiedData(session, touched, txn.snapshot())  # (actions, counts)
+    actions, counts = result._1(), result._2()
+    return pylist(spark, actions), {str(k): int(v) for k, v in
+                                    jvm.scala.jdk.javaapi.CollectionConverters.asJava(counts).items()}
 
-    metrics = {"operationNumSourceRows": num_keys, "numOutputRows": upserted, "numTargetRowsCopied": 0,
-               "numTargetFilesAdded": len(added), "numTargetFilesRemoved": dv_metrics.get("numRemovedFiles", 0),
-               "numTargetDeletionVectorsAdded": dv_metrics.get("numDeletionVectorsAdded", 0),
-               "numTargetDeletionVectorsRemoved": dv_metrics.get("numDeletionVectorsRemoved", 0),
-               "numTargetDeletionVectorsUpdated": dv_metrics.get("numDeletionVectorsUpdated", 0),
-               "executionTimeMs": int((time.monotonic() - started) * 1000)}
-    sql_metrics = {}
+
+def _record_metrics(spark: "SparkSession", txn: Any, metrics: dict[str, int]) -> None:
+    """Operation metrics of the commit, shown by DESCRIBE HISTORY like a MERGE's."""
+    create = spark._jvm.org.apache.spark.sql.execution.metric.SQLMetrics.createMetric
+    registered = {}
     for name, value in metrics.items():
-        sql_metrics[name] = jvm.org.apache.spark.sql.execution.metric.SQLMetrics.createMetric(spark._jsc.sc(), name)
-        sql_metrics[name].set(int(value))
-    txn.registerSQLMetrics(session, scala_map(spark, sql_metrics))
+        registered[name] = create(spark._jsc.sc(), name)
+        registered[name].set(int(value))
+    txn.registerSQLMetrics(spark._jsparkSession, scala_map(spark, registered))
 
+
+def _commit(spark: "SparkSession", path: str, txn: Any, actions: list[Any], state: ConsumerState) -> int:
+    """Commit the file actions with the consumer's txn mark and state, as a MERGE; the new version."""
+    jvm = spark._jvm
+    delta = jvm.org.apache.spark.sql.delta
     mark = delta.actions.SetTransaction(app_id(state.consumer), state.batch,
                                         jvm_some(spark, jvm.java.lang.Long.valueOf(int(time.time() * 1000))))
     operation = getattr(delta, "DeltaOperations$Merge")(*[jvm_none(spark)] * 4, *[seq(spark, [])] * 3)
-    actions = seq(spark, pylist(spark, removals._1()) + added + [mark])
     faults.failpoint("before-commit")
     spark.conf.set(USER_METADATA, state.to_json())
     try:
-        version = txn.commit(actions, operation)
+        return int(txn.commit(seq(spark, actions + [mark]), operation))
     except Py4JJavaError as e:
         if "Concurrent" not in e.java_exception.getClass().getName():
             raise
@@ -259,4 +279,3 @@ def _apply(spark: "SparkSession", path: str, txn: Any, files: Any, keys: "DataFr
                           "applied; nothing of the batch was committed: run the ingest again") from None
     finally:
         spark.conf.unset(USER_METADATA)
-    return Written(int(version), upserted, num_keys - upserted)
