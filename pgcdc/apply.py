@@ -218,7 +218,9 @@ def _apply(spark: "SparkSession", path: str, txn: Any, files: Any, keys: "DataFr
         "numTargetDeletionVectorsUpdated": dv_metrics.get("numDeletionVectorsUpdated", 0),
         "executionTimeMs": int((time.monotonic() - started) * 1000)})
     version = _commit(spark, path, txn, removals + added, state)
-    return Written(version, upserted, num_keys - upserted)
+    # deleted: keys without a current row; after a TRUNCATE, the rows the table lost net
+    removed = dv_metrics.get("numModifiedRows", 0)
+    return Written(version, upserted, max(0, removed - upserted) if truncate else num_keys - upserted)
 
 
 def _mark_deleted(spark: "SparkSession", path: str, txn: Any, files: Any, keys: "DataFrame", num_keys: int,

@@ -150,9 +150,10 @@ def test_truncate_empties_the_target_and_keeps_later_rows(db: psycopg.Connection
         db.execute("truncate t")
         db.execute("insert into t values (5), (50)")
     db.execute("insert into t values (60)")
-    syncer.run()
+    report = syncer.run()["public.t"]
     syncer.assert_equal("public.t")
     assert syncer.delta("public.t").count() == 3
+    assert (report.upserted, report.deleted) == (3, 7)  # 10 rows before, 3 after
 
 
 def test_predicate_rows_leaving_it_are_deleted(db: psycopg.Connection, syncer) -> None:
