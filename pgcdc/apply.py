@@ -271,13 +271,11 @@ def _commit(spark: "SparkSession", path: str, txn: Any, actions: list[Any], stat
                                         jvm_some(spark, jvm.java.lang.Long.valueOf(int(time.time() * 1000))))
     operation = getattr(delta, "DeltaOperations$Merge")(*[jvm_none(spark)] * 4, *[seq(spark, [])] * 3)
     faults.failpoint("before-commit")
-    spark.conf.set(USER_METADATA, state.to_json())
     try:
-        return int(txn.commit(seq(spark, actions + [mark]), operation))
+        with state_commit(spark, state):  # its userMetadata goes into this commit's commitInfo
+            return int(txn.commit(seq(spark, actions + [mark]), operation))
     except Py4JJavaError as e:
         if "Concurrent" not in e.java_exception.getClass().getName():
             raise
         raise TargetError(f"{path} was changed by another writer (e.g. OPTIMIZE) while batch {state.batch} was "
                           "applied; nothing of the batch was committed: run the ingest again") from None
-    finally:
-        spark.conf.unset(USER_METADATA)

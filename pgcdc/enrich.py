@@ -82,13 +82,9 @@ def _ident(name: str) -> str:
     return sql.Identifier(name).as_string(None)
 
 
-def _select_list(columns: list[Column], alias: str, keys: list[str], key_alias: str | None = None) -> str:
-    """Every column in a Spark-safe form; key columns may come from another alias."""
-    def one(c: Column) -> str:
-        is_key = c.name in keys
-        source = key_alias if is_key and key_alias else alias
-        return f"{c.select(source + '.' + _ident(c.name), is_key)} as {_ident(c.name)}"
-    return ", ".join(one(c) for c in columns)
+def _select_list(columns: list[Column], alias: str, keys: list[str]) -> str:
+    """Every column (of table alias `alias`) in a Spark-safe form; `keys` get the key form."""
+    return ", ".join(f"{c.select(alias + '.' + _ident(c.name), c.name in keys)} as {_ident(c.name)}" for c in columns)
 
 
 def _decode_key(t: AttachedTable, key: str) -> list[str]:
