@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from py4j.protocol import Py4JJavaError
 
 from pgcdc import faults
+from pgcdc.deltalog import files_frame, files_overlapping, read_all_files, read_committed_version
 from pgcdc.errors import TargetError
 from pgcdc.jvm import none as jvm_none, pylist, scala_map, seq, some as jvm_some
 from pgcdc.state import ConsumerState, app_id
@@ -186,7 +187,7 @@ def merge(spark: "SparkSession", path: str, keys: "DataFrame", rows: "DataFrame"
     started = time.monotonic()
     delta = spark._jvm.org.apache.spark.sql.delta
     txn = delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()
-    if txn.txnVersion(app_id(state.consumer)) >= state.batch:
+    if read_committed_version(txn, app_id(state.consumer)) >= state.batch:
         raise TargetError(f"batch {state.batch} of consumer {state.consumer} is already committed to {path}: "
                           "is a second ingest running elsewhere?")
     enabled = txn.metadata().configuration().get("delta.enableDeletionVectors")
@@ -196,7 +197,7 @@ def merge(spark: "SparkSession", path: str, keys: "DataFrame", rows: "DataFrame"
                           "'true')) and run the ingest again")
     # Reading the whole file list records it in the transaction: a concurrent rewrite of
     # those files (OPTIMIZE elsewhere) makes this commit fail instead of resurrecting rows.
-    files = txn.filterFiles()
+    files = pylist(spark, read_all_files(txn))
     keys = keys.persist(StorageLevel.MEMORY_AND_DISK)  # read once from PostgreSQL: counted, then joined
     try:
         return _apply(spark, path, txn, files, keys, rows, state, truncate, bounds, started)
@@ -204,7 +205,7 @@ def merge(spark: "SparkSession", path: str, keys: "DataFrame", rows: "DataFrame"
         keys.unpersist()
 
 
-def _apply(spark: "SparkSession", path: str, txn: Any, files: Any, keys: "DataFrame", rows: "DataFrame",
+def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], keys: "DataFrame", rows: "DataFrame",
            state: ConsumerState, truncate: bool, bounds: tuple[int, int] | None, started: float) -> Written:
     num_keys = keys.count()
     removals, dv_metrics = _mark_deleted(spark, path, txn, files, keys, num_keys, truncate, bounds)
@@ -223,7 +224,7 @@ def _apply(spark: "SparkSession", path: str, txn: Any, files: Any, keys: "DataFr
     return Written(version, upserted, max(0, removed - upserted) if truncate else num_keys - upserted)
 
 
-def _mark_deleted(spark: "SparkSession", path: str, txn: Any, files: Any, keys: "DataFrame", num_keys: int,
+def _mark_deleted(spark: "SparkSession", path: str, txn: Any, files: list[Any], keys: "DataFrame", num_keys: int,
                   truncate: bool, bounds: tuple[int, int] | None) -> tuple[list[Any], dict[str, int]]:
     """Deletion vectors over every row of the table's files (as of the transaction) whose
     key is in `keys` (every row after a TRUNCATE): the file actions and Delta's counts."""
@@ -232,7 +233,11 @@ def _mark_deleted(spark: "SparkSession", path: str, txn: Any, files: Any, keys: 
     jvm, session = spark._jvm, spark._jsparkSession
     commands = jvm.org.apache.spark.sql.delta.commands
     key_columns = keys.columns
-    target = spark.read.format("delta").option("versionAsOf", txn.snapshot().version()).load(path)
+    if bounds is not None and not truncate:  # files whose key range misses the batch hold none of its keys
+        files = files_overlapping(files, key_columns[0], *bounds)
+    if not files:
+        return [], {}
+    target = files_frame(spark, txn, files)
     if bounds is not None and not truncate:
         target = target.where(F.col(key_columns[0]).between(int(bounds[0]), int(bounds[1])))
     target = target.select(*key_columns, F.col("_metadata.file_path").alias(_FILE),
@@ -242,11 +247,11 @@ def _mark_deleted(spark: "SparkSession", path: str, txn: Any, files: Any, keys: 
     matched = target if truncate else target.join(F.broadcast(keys) if num_keys <= BROADCAST_KEYS else keys,
                                                   on=key_columns)
     bitmaps = commands.DeletionVectorBitmapGenerator.buildRowIndexSetsForFilesMatchingCondition(
-        session, txn, True, matched._jdf, files, jvm.org.apache.spark.sql.catalyst.expressions.Literal.TrueLiteral(),
-        jvm_some(spark, F.col(_FILE)._jc), jvm_some(spark, F.col(_ROW)._jc))
+        session, txn, True, matched._jdf, seq(spark, files),
+        jvm.org.apache.spark.sql.catalyst.expressions.Literal.TrueLiteral(), jvm_some(spark, F.col(_FILE)._jc), jvm_some(spark, F.col(_ROW)._jc))
     helper = commands.DMLWithDeletionVectorsHelper
-    touched = helper.findFilesWithMatchingRows(txn, helper.generateCandidateFileMap(txn.deltaLog().dataPath(), files),
-                                               bitmaps)
+    candidates = helper.generateCandidateFileMap(txn.deltaLog().dataPath(), seq(spark, files))
+    touched = helper.findFilesWithMatchingRows(txn, candidates, bitmaps)
     result = helper.processUnmodifiedData(session, touched, txn.snapshot())  # (actions, counts)
     actions, counts = result._1(), result._2()
     return pylist(spark, actions), {str(k): int(v) for k, v in

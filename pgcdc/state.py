@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from pgcdc.errors import TargetError
+from pgcdc.deltalog import committed_version
 
 if TYPE_CHECKING:
     import psycopg
@@ -127,8 +128,8 @@ def committed_batch(spark: "SparkSession", path: str, consumer: str) -> int | No
     snapshot = log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
     if snapshot.version() < 0:
         return None
-    found = snapshot.transactions().get(app_id(consumer))
-    return int(found.get()) if found.isDefined() else None
+    version = committed_version(snapshot, app_id(consumer))
+    return version if version >= 0 else None
 
 
 def _state_file(spark: "SparkSession", path: str, consumer: str):

@@ -1,0 +1,84 @@
+"""What a batch needs from the Delta log (the consumer's txn version, the file list),
+read from the version's checksum file (`_delta_log/<version>.crc`) when it has them.
+
+Delta 4.0 writes both into the checksum of every commit it makes (the file list while
+the table has fewer than `spark.databricks.delta.allFilesInCrc.thresholdNumFiles`
+files) but reads them only through a "state reconstruction": a Spark job over the
+checkpoint and the commits since, 0.5-1.5 s per new table version on a laptop, which
+is most of the cost of a small batch. A missing or partial checksum (written by
+another tool, or a table with many files) falls back to that job.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from pgcdc.jvm import none, seq
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def _checksum_field(snapshot: Any, name: str) -> Any | None:
+    """The field `name` (a Scala Option) of the snapshot's checksum, unwrapped; None if absent."""
+    checksum = snapshot.checksumOpt()
+    if not checksum.isDefined():
+        return None
+    value = getattr(checksum.get(), name)()
+    return value.get() if value.isDefined() else None
+
+
+def committed_version(snapshot: Any, app_id: str) -> int:
+    """The version of `app_id`'s last idempotent write (Delta txn action) in `snapshot`; -1 if none."""
+    marks = _checksum_field(snapshot, "setTransactions")
+    if marks is None:
+        found = snapshot.transactions().get(app_id)
+        return int(found.get()) if found.isDefined() else -1
+    for i in range(marks.size()):
+        mark = marks.apply(i)
+        if mark.appId() == app_id:
+            return int(mark.version())
+    return -1
+
+
+def read_committed_version(txn: Any, app_id: str) -> int:
+    """`committed_version` for a transaction, recorded as read: a concurrent commit of the
+    same app id then makes this transaction's commit fail (as txn.txnVersion does)."""
+    if _checksum_field(txn.snapshot(), "setTransactions") is None:
+        return int(txn.txnVersion(app_id))
+    txn.readTxn().addOne(app_id)
+    return committed_version(txn.snapshot(), app_id)
+
+
+def read_all_files(txn: Any) -> Any:
+    """Every file of the transaction's snapshot (a Scala Seq of AddFile), recorded as read
+    in full: a concurrent commit that removes or rewrites any file (OPTIMIZE, another
+    writer's delete) makes this transaction's commit fail."""
+    files = _checksum_field(txn.snapshot(), "allFiles")
+    if files is None:
+        return txn.filterFiles()
+    txn.readWholeTable()
+    txn.trackFilesRead(files)
+    return files
+
+
+def files_overlapping(files: list[Any], column: str, low: int, high: int) -> list[Any]:
+    """The files whose statistics say they may hold a `column` value in [low, high]
+    (files without statistics for it are kept)."""
+    kept = []
+    for add in files:
+        stats = json.loads(add.stats()) if add.stats() else {}
+        lo, hi = stats.get("minValues", {}).get(column), stats.get("maxValues", {}).get(column)
+        if lo is None or hi is None or (int(lo) <= high and int(hi) >= low):
+            kept.append(add)
+    return kept
+
+
+def files_frame(spark: "SparkSession", txn: Any, files: list[Any]) -> "DataFrame":
+    """The rows of the given files of the transaction's snapshot (deleted rows left out),
+    read without listing or reconstructing the table's state."""
+    from pyspark.sql import DataFrame
+
+    log = txn.deltaLog()
+    return DataFrame(log.createDataFrame(txn.snapshot(), seq(spark, files), False, none(spark)), spark)
