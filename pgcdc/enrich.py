@@ -1,11 +1,11 @@
 """Enrichment: read the current rows for a batch's keys from PostgreSQL through Spark JDBC.
 
-The keys never pass through the driver: each JDBC read runs one query that takes
-the batch's queue rows (Batch.filter_sql), unnests and decodes their keys and keeps
-its hash share of them. Two reads per batch: the keys alone (every Delta row with
-one of them is replaced or deleted) and the keys joined to the table (the rows to
-write). A key without a current row (or whose row no longer matches the attach
-predicate) is thus a delete.
+The keys never pass through the driver: one JDBC read per batch, in parallel shares,
+each running one query that takes the batch's queue rows (Batch.filter_sql), unnests
+and decodes their keys, keeps its hash share of them and joins them to the table.
+Each key comes with its current row (every Delta row with that key is replaced by
+it); a key without one (or whose row no longer matches the attach predicate) is a
+delete.
 
 Column types are mapped so nothing is lost on the way to Delta: types Spark's JDBC
 reader maps exactly are read as they are; the rest (unconstrained or > 38 digit
@@ -94,32 +94,54 @@ def _decode_key(t: AttachedTable, key: str) -> list[str]:
     return [f"(({key})::text[])[{i + 1}]::{typ}" for i, typ in enumerate(t.key_types)]
 
 
-def _batch_keys(t: AttachedTable, batch: Batch, part: int, partitions: int) -> str:
-    """A subquery `k` with the batch's distinct keys (typed key columns) in share `part` of `partitions`."""
+KEY_PREFIX = "__pgcdc_key_"  # the batch's keys, beside the row columns (null when the row is gone)
+
+
+def _batch_keys(t: AttachedTable, batch: Batch) -> str:
+    """A subquery `k` with the batch's distinct keys (typed key columns)."""
     refs = [_ident(k) for k in t.key_columns]
     decoded = ", ".join(f"{expr} as {ref}" for expr, ref in zip(_decode_key(t, "u.k"), refs))
-    # Shares are cut by the hash of the decoded key, not of its text: equal keys can be
-    # queued in different text forms (numeric 1.0 and 1.00), and must meet in one share
-    # for `distinct` to keep one of them (one key, one row).
-    n = int(partitions)
-    share = f"((hash_record(row({', '.join('k.' + r for r in refs)})) % {n}) + {n}) % {n} = {int(part)}"
-    return (f"(select * from (select distinct {decoded} from pgcdc.commit_queue q "
-            f"cross join lateral unnest(q.keys) u(k) where {batch.filter_sql('q')}) k where {share}) k")
+    return (f"(select distinct {decoded} from pgcdc.commit_queue q "
+            f"cross join lateral unnest(q.keys) u(k) where {batch.filter_sql('q')}) k")
 
 
-def keys_query(t: AttachedTable, columns: list[Column], batch: Batch, part: int, partitions: int) -> str:
-    """The SQL reading share `part` of the batch's keys, in the form the Delta table holds them."""
-    keys = [c for c in columns if c.name in t.key_columns]
-    return (f"select {_select_list(keys, 'k', t.key_columns)} "
-            f"from {_batch_keys(t, batch, part, partitions)}")
-
-
-def rows_query(t: AttachedTable, columns: list[Column], batch: Batch, part: int, partitions: int) -> str:
-    """The SQL reading share `part` of the batch's current rows (keys without one are deletes)."""
+def batch_query(t: AttachedTable, columns: list[Column], batch: Batch) -> str:
+    """The SQL reading the batch's keys (KEY_PREFIX columns, in the form the Delta table holds
+    them), each with its current row: all row columns null when the row is gone (or no
+    longer matches the attach predicate), which makes the key a delete."""
+    keys = ", ".join(f"{c.select('k.' + _ident(c.name), key=True)} as {_ident(KEY_PREFIX + c.name)}"
+                     for c in columns if c.name in t.key_columns)
     join = " and ".join(f"t.{r} = k.{r}" for r in (_ident(k) for k in t.key_columns))
     predicate = f" and ({t.predicate})" if t.predicate else ""
-    return (f"select {_select_list(columns, 't', t.key_columns)} "
-            f"from {_batch_keys(t, batch, part, partitions)} join {t.name} t on {join}{predicate}")
+    return (f"select {keys}, {_select_list(columns, 't', t.key_columns)} "
+            f"from {_batch_keys(t, batch)} left join {t.name} t on {join}{predicate}")
+
+
+def shares(t: AttachedTable, partitions: int) -> list[str]:
+    """One filter per JDBC partition over batch_query's key columns: every key in exactly one.
+
+    Cut by the hash of the key as the Delta table holds it (numeric keys stored as text
+    lose trailing zeros first), so equal keys queued in different text forms (1.0, 1.00),
+    which `distinct` already made one, land in one share. PostgreSQL pushes the filter
+    down to the queue scan: each partition decodes and looks up only its share."""
+    n = int(partitions)
+    refs = ", ".join(_ident(KEY_PREFIX + k) for k in t.key_columns)
+    return [f"((hash_record(row({refs})) % {n}) + {n}) % {n} = {p}" for p in range(n)]
+
+
+def split(batch_rows: "DataFrame", key_columns: list[str]) -> tuple["DataFrame", "DataFrame"]:
+    """batch_query's result as (the keys, under the key columns' names; the live rows).
+
+    Each is read on its own, and Spark pushes its columns and filter into the query: the
+    keys read selects no row column, so PostgreSQL drops the join (the table's side is
+    unique on the key); the rows read asks for a non-null key, which makes it an inner
+    join."""
+    from pyspark.sql import functions as F
+
+    keys = batch_rows.select(*[F.col(f"`{KEY_PREFIX + k}`").alias(k) for k in key_columns])
+    rows = batch_rows.where(F.col(f"`{key_columns[0]}`").isNotNull()) \
+        .select(*[f"`{c}`" for c in batch_rows.columns if not c.startswith(KEY_PREFIX)])
+    return keys, rows
 
 
 def copy_query(t: AttachedTable, columns: list[Column], lo_page: int, hi_page: int | None) -> str:
@@ -132,19 +154,24 @@ def copy_query(t: AttachedTable, columns: list[Column], lo_page: int, hi_page: i
     return f"select {_select_list(columns, 'src', t.key_columns)} from {t.name} src where {' and '.join(where)}"
 
 
+def _props(jdbc: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """The JDBC URL and the reader's properties."""
+    props = dict(jdbc) | {"fetchsize": "10000", "preferTimestampNTZ": "true"}
+    return props.pop("url"), props
+
+
 def _read(spark: "SparkSession", jdbc: dict[str, str], queries: list[str], snapshot: str | None = None) -> "DataFrame":
     """Union of one single-partition JDBC read per query: each query is read by its own task,
     with its own connection, so every share can carry its own pushed-down filter.
 
     With `snapshot` (from pg_export_snapshot()), every connection reads in that one snapshot.
     """
-    props = dict(jdbc) | {"fetchsize": "10000", "preferTimestampNTZ": "true"}
+    url, props = _props(jdbc)
     if snapshot is not None:
         if not re.fullmatch(r"[0-9A-F-]+", snapshot):
             raise ValueError(f"not a snapshot id: {snapshot!r}")
         props["sessionInitStatement"] = (f"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; "
                                          f"SET TRANSACTION SNAPSHOT '{snapshot}'")
-    url = props.pop("url")
     frames = [spark.read.jdbc(url, f"({q}) pgcdc_q", properties=props) for q in queries]
     df = frames[0]
     for other in frames[1:]:
@@ -166,11 +193,11 @@ def key_bounds(conn: psycopg.Connection, t: AttachedTable, batch: Batch) -> tupl
 
 
 def read_batch(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],
-               batch: Batch, partitions: int) -> tuple["DataFrame", "DataFrame"]:
-    """The batch's keys and its keys' current rows, each read in parallel shares."""
-    keys = _read(spark, jdbc, [keys_query(t, columns, batch, p, partitions) for p in range(partitions)])
-    rows = _read(spark, jdbc, [rows_query(t, columns, batch, p, partitions) for p in range(partitions)])
-    return keys, rows
+               batch: Batch, partitions: int) -> "DataFrame":
+    """The batch's keys with their current rows (batch_query), read in `partitions` shares."""
+    url, props = _props(jdbc)
+    return spark.read.jdbc(url, f"({batch_query(t, columns, batch)}) pgcdc_q", predicates=shares(t, partitions),
+                           properties=props)
 
 
 def read_table(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],
