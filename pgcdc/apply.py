@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from py4j.protocol import Py4JJavaError
 
 from pgcdc import faults
-from pgcdc.deltalog import files_frame, files_overlapping, read_all_files, read_committed_version
+from pgcdc.deltalog import files_overlapping, read_all_files, read_committed_version, stored_rows
 from pgcdc.errors import TargetError
 from pgcdc.jvm import none as jvm_none, pylist, scala_map, seq, some as jvm_some
 from pgcdc.state import ConsumerState, app_id
@@ -237,7 +237,7 @@ def _mark_deleted(spark: "SparkSession", path: str, txn: Any, files: list[Any], 
         files = files_overlapping(files, key_columns[0], *bounds)
     if not files:
         return [], {}
-    target = files_frame(spark, txn, files)
+    target = stored_rows(spark, txn, files, key_columns)
     if bounds is not None and not truncate:
         target = target.where(F.col(key_columns[0]).between(int(bounds[0]), int(bounds[1])))
     target = target.select(*key_columns, F.col("_metadata.file_path").alias(_FILE),
@@ -251,11 +251,60 @@ def _mark_deleted(spark: "SparkSession", path: str, txn: Any, files: list[Any], 
         jvm.org.apache.spark.sql.catalyst.expressions.Literal.TrueLiteral(), jvm_some(spark, F.col(_FILE)._jc), jvm_some(spark, F.col(_ROW)._jc))
     helper = commands.DMLWithDeletionVectorsHelper
     candidates = helper.generateCandidateFileMap(txn.deltaLog().dataPath(), seq(spark, files))
-    touched = helper.findFilesWithMatchingRows(txn, candidates, bitmaps)
-    result = helper.processUnmodifiedData(session, touched, txn.snapshot())  # (actions, counts)
+    touched = helper.findFilesWithMatchingRows(txn, candidates, bitmaps)  # deletion vectors written
+    touched = pylist(spark, touched)
+    if all(f.fileLogEntry().stats() for f in touched):
+        return _deletion_actions(spark, touched)
+    result = helper.processUnmodifiedData(session, seq(spark, touched), txn.snapshot())  # (actions, counts)
     actions, counts = result._1(), result._2()
     return pylist(spark, actions), {str(k): int(v) for k, v in
                                     jvm.scala.jdk.javaapi.CollectionConverters.asJava(counts).items()}
+
+
+def _deletion_actions(spark: "SparkSession", touched: list[Any]) -> tuple[list[Any], dict[str, int]]:
+    """The file actions for files whose new deletion vectors are written, and their counts:
+    a file with every row deleted is removed, the others are re-added with their vector.
+
+    Does what Delta's processUnmodifiedData does, for files that carry their statistics
+    (read from the checksum): Delta's helper fetches them with a state reconstruction.
+    The statistics turn "wide" as Delta's updateStatsToWideBounds makes them: min/max and
+    null counts may now cover deleted rows; a column that was null in every live row
+    gets the file's physical row count as null count, so it still reads as all-null.
+    """
+    from_json = spark._jvm.org.apache.spark.sql.delta.actions.Action.fromJson
+    now = int(time.time() * 1000)
+    actions: list[Any] = []
+    counts = dict.fromkeys(["numModifiedRows", "numRemovedFiles", "numDeletionVectorsAdded",
+                            "numDeletionVectorsRemoved", "numDeletionVectorsUpdated"], 0)
+    for f in touched:
+        entry, had_dv = f.fileLogEntry(), f.fileLogEntry().deletionVector() is not None
+        counts["numModifiedRows"] += int(f.numberOfModifiedRows())
+        if f.isFullyReplaced():
+            actions.append(entry.removeWithTimestamp(now, True))
+            counts["numRemovedFiles"] += 1
+            counts["numDeletionVectorsRemoved"] += int(had_dv)
+            continue
+        pair = entry.removeRows(f.newDeletionVector(), False, True)
+        add = json.loads(pair._1().json())
+        add["add"]["stats"] = _wide_stats(add["add"]["stats"], entry.numDeletedRecords())
+        actions += [from_json(json.dumps(add)), pair._2()]
+        counts["numDeletionVectorsUpdated" if had_dv else "numDeletionVectorsAdded"] += 1
+    return actions, counts
+
+
+def _wide_stats(stats: str, deleted_before: int) -> str:
+    """A file's statistics once rows are deleted from it (see _deletion_actions)."""
+    parsed = json.loads(stats)
+    if parsed.get("tightBounds", True):
+        physical = parsed["numRecords"]
+        logical = physical - deleted_before
+
+        def widen(node: dict[str, Any]) -> dict[str, Any]:
+            return {k: widen(v) if isinstance(v, dict) else (physical if v == logical else v) for k, v in node.items()}
+        if "nullCount" in parsed:
+            parsed["nullCount"] = widen(parsed["nullCount"])
+        parsed["tightBounds"] = False
+    return json.dumps(parsed, separators=(",", ":"))
 
 
 def _record_metrics(spark: "SparkSession", txn: Any, metrics: dict[str, int]) -> None:

@@ -82,3 +82,18 @@ def files_frame(spark: "SparkSession", txn: Any, files: list[Any]) -> "DataFrame
 
     log = txn.deltaLog()
     return DataFrame(log.createDataFrame(txn.snapshot(), seq(spark, files), False, none(spark)), spark)
+
+
+def stored_rows(spark: "SparkSession", txn: Any, files: list[Any], columns: list[str]) -> "DataFrame":
+    """The given columns of every row stored in the files, deleted rows included, read as
+    plain Parquet: for marking rows deleted, a row already marked changes nothing, and
+    skipping it costs Delta's reader more than the scan itself. (A table with column
+    mapping stores other names: it is read through Delta.)"""
+    from pyspark.sql.types import StructType
+
+    if txn.metadata().columnMappingMode().name() != "none":
+        return files_frame(spark, txn, files).select(*columns)
+    table = StructType.fromJson(json.loads(txn.metadata().schema().json()))
+    schema = StructType([f for f in table.fields if f.name in columns])
+    paths = [f.absolutePath(txn.deltaLog()).toString() for f in files]
+    return spark.read.schema(schema).parquet(*paths)
