@@ -1,15 +1,17 @@
 """Ingest cost, measured side by side in one run (not a test; never fails on timing).
 
     python -m bench.ingest [--rows 5000000] [--changes 1000000] [--small 10000] [--partitions 4]
+                           [--repeat 2] [--small-rounds 10]
 
 On a throwaway PostgreSQL and local Spark (started once; JVM start is excluded) it
 times, on a table of --rows rows:
-  1. ingest of --changes changed rows (spread over the whole table), applied and, for
-     the same changes again, re-copied, each vs the floor: a Spark JDBC read of the same
-     rows plus a Delta append of them;
+  1. ingest of --changes changed rows (spread over the whole table), applied (--repeat
+     rounds) and, for the same changes again, re-copied, each vs the floor: a Spark JDBC
+     read of the same rows plus a Delta append of them;
   2. ingest of --small changed rows spread over the table (every file touched), and
-  3. of --small changed rows among the newest ones, each vs a full reload: JDBC read
-     of the whole table plus a Delta overwrite.
+  3. of --small changed rows among the newest ones (--small-rounds rounds each: Delta
+     writes a checkpoint every 10 commits, and its cost belongs in the mean), each vs a
+     full reload: JDBC read of the whole table plus a Delta overwrite.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def main() -> None:
     ap.add_argument("--changes", type=int, default=1_000_000)
     ap.add_argument("--small", type=int, default=10_000)
     ap.add_argument("--partitions", type=int, default=4, help="JDBC partitions for every read")
+    ap.add_argument("--repeat", type=int, default=2, help="rounds of the large measurements")
+    ap.add_argument("--small-rounds", type=int, default=10, help="rounds of each small batch (10: one checkpoint)")
     args = ap.parse_args()
     every = max(1, args.rows // args.changes)
     small_every = max(1, args.rows // args.small)
@@ -86,30 +90,45 @@ def main() -> None:
             print(f"\n[first sync: copy {args.rows} rows]", flush=True)
             timed("first sync (pgcdc ingest)", job.run)
 
-            print(f"\n[1] {args.changes} changed rows (every {every}th row)", flush=True)
-            floor = timed("floor: JDBC read of the same rows + Delta append",
-                          lambda: jdbc_read(f"id % {every} = 0").write.format("delta").mode("append")
-                          .save(str(work / "floor")))
-            conn.execute("update bench set a = a + 1 where id %% %s = 0", (every,))
-            ingest_apply = timed("pgcdc ingest, applied (deletion vectors + new files)", apply_only.run)
+            print(f"\n[1] {args.changes} changed rows (every {every}th row), {args.repeat} rounds", flush=True)
+            floor, ingest_apply = [], []
+            for r in range(args.repeat):
+                floor.append(timed("floor: JDBC read of the same rows + Delta append",
+                                   lambda: jdbc_read(f"id % {every} = 0").write.format("delta").mode("append")
+                                   .save(str(work / "floor"))))
+                conn.execute("update bench set a = a + 1 where id %% %s = 0", (every,))
+                ingest_apply.append(timed("pgcdc ingest, applied (deletion vectors + new files)", apply_only.run))
             conn.execute("update bench set a = a + 1 where id %% %s = 0", (every,))
             ingest_recopy = timed("pgcdc ingest, the same changes again, by re-copying the table", recopy_always.run)
 
-            print(f"\n[2] {args.small} changed rows (every {small_every}th row: worst case, every file touched)",
-                  flush=True)
-            conn.execute("update bench set a = a + 1 where id %% %s = 1", (small_every,))
-            ingest_spread = timed("pgcdc ingest", job.run)
-            print(f"\n[3] {args.small} changed rows among the newest (ids above {args.rows - args.small})", flush=True)
-            conn.execute("update bench set a = a + 1 where id > %s", (args.rows - args.small,))
-            ingest_recent = timed("pgcdc ingest", job.run)
-            reload = timed("full reload: JDBC read of the whole table + Delta overwrite",
-                           lambda: jdbc_read("true").write.format("delta").mode("overwrite")
-                           .save(str(work / "reload")))
-        print(f"\nresults ({args.rows} rows, {args.partitions} JDBC partitions, local[2]):")
-        print(f"  ingest of {args.changes} spread changes, applied / floor  = {ingest_apply / floor:5.2f}x  (target <= 1.5x)")
-        print(f"  the same, re-copied / floor                       = {ingest_recopy / floor:5.2f}x")
-        print(f"  full reload / ingest of {args.small} spread changes    = {reload / ingest_spread:5.2f}x  (target >= 20x)")
-        print(f"  full reload / ingest of {args.small} recent-row changes = {reload / ingest_recent:5.2f}x  (target >= 20x)")
+            print(f"\n[2] {args.small} changed rows (every {small_every}th row: worst case, every file touched), "
+                  f"{args.small_rounds} rounds", flush=True)
+            ingest_spread = []
+            for r in range(args.small_rounds):
+                conn.execute("update bench set a = a + 1 where id %% %s = %s", (small_every, 1 + r % small_every))
+                ingest_spread.append(timed("pgcdc ingest", job.run))
+            print(f"\n[3] {args.small} changed rows among the newest (ids above {args.rows - args.small}), "
+                  f"{args.small_rounds} rounds", flush=True)
+            ingest_recent = []
+            for r in range(args.small_rounds):
+                conn.execute("update bench set a = a + 1 where id > %s", (args.rows - args.small,))
+                ingest_recent.append(timed("pgcdc ingest", job.run))
+            reload = [timed("full reload: JDBC read of the whole table + Delta overwrite",
+                            lambda: jdbc_read("true").write.format("delta").mode("overwrite")
+                            .save(str(work / "reload"))) for _ in range(args.repeat)]
+        mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+        print(f"\nresults ({args.rows} rows, {args.partitions} JDBC partitions, local[2]; means over the rounds, "
+              "checkpoints included):")
+        print(f"  floor {mean(floor):.1f}s, applied {mean(ingest_apply):.1f}s, re-copied {ingest_recopy:.1f}s, "
+              f"{args.small} spread {mean(ingest_spread):.2f}s, {args.small} recent {mean(ingest_recent):.2f}s, "
+              f"reload {mean(reload):.1f}s")
+        print(f"  ingest of {args.changes} spread changes, applied / floor  = {mean(ingest_apply) / mean(floor):5.2f}x  "
+              "(target <= 1.5x)")
+        print(f"  the same, re-copied / floor                       = {ingest_recopy / mean(floor):5.2f}x")
+        print(f"  full reload / ingest of {args.small} spread changes    = {mean(reload) / mean(ingest_spread):5.2f}x  "
+              "(target >= 20x)")
+        print(f"  full reload / ingest of {args.small} recent-row changes = {mean(reload) / mean(ingest_recent):5.2f}x  "
+              "(target >= 20x)")
         spark.stop()
     finally:
         pg.stop(remove=True)
