@@ -248,14 +248,15 @@ def _mark_deleted(spark: "SparkSession", path: str, txn: Any, files: list[Any], 
                                                   on=key_columns)
     bitmaps = commands.DeletionVectorBitmapGenerator.buildRowIndexSetsForFilesMatchingCondition(
         session, txn, True, matched._jdf, seq(spark, files),
-        jvm.org.apache.spark.sql.catalyst.expressions.Literal.TrueLiteral(), jvm_some(spark, F.col(_FILE)._jc), jvm_some(spark, F.col(_ROW)._jc))
+        jvm.org.apache.spark.sql.catalyst.expressions.Literal.TrueLiteral(),
+        jvm_some(spark, F.col(_FILE)._jc), jvm_some(spark, F.col(_ROW)._jc))
     helper = commands.DMLWithDeletionVectorsHelper
     candidates = helper.generateCandidateFileMap(txn.deltaLog().dataPath(), seq(spark, files))
-    touched = helper.findFilesWithMatchingRows(txn, candidates, bitmaps)  # deletion vectors written
-    touched = pylist(spark, touched)
+    found = helper.findFilesWithMatchingRows(txn, candidates, bitmaps)  # deletion vectors written
+    touched = pylist(spark, found)
     if all(f.fileLogEntry().stats() for f in touched):
         return _deletion_actions(spark, touched)
-    result = helper.processUnmodifiedData(session, seq(spark, touched), txn.snapshot())  # (actions, counts)
+    result = helper.processUnmodifiedData(session, found, txn.snapshot())  # (actions, counts)
     actions, counts = result._1(), result._2()
     return pylist(spark, actions), {str(k): int(v) for k, v in
                                     jvm.scala.jdk.javaapi.CollectionConverters.asJava(counts).items()}
@@ -277,7 +278,8 @@ def _deletion_actions(spark: "SparkSession", touched: list[Any]) -> tuple[list[A
     counts = dict.fromkeys(["numModifiedRows", "numRemovedFiles", "numDeletionVectorsAdded",
                             "numDeletionVectorsRemoved", "numDeletionVectorsUpdated"], 0)
     for f in touched:
-        entry, had_dv = f.fileLogEntry(), f.fileLogEntry().deletionVector() is not None
+        entry = f.fileLogEntry()
+        had_dv = entry.deletionVector() is not None
         counts["numModifiedRows"] += int(f.numberOfModifiedRows())
         if f.isFullyReplaced():
             actions.append(entry.removeWithTimestamp(now, True))

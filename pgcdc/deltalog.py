@@ -29,12 +29,11 @@ def _checksum_field(snapshot: Any, name: str) -> Any | None:
     return value.get() if value.isDefined() else None
 
 
-def committed_version(snapshot: Any, app_id: str) -> int:
-    """The version of `app_id`'s last idempotent write (Delta txn action) in `snapshot`; -1 if none."""
+def _version_in_checksum(snapshot: Any, app_id: str) -> int | None:
+    """`app_id`'s txn version as the checksum lists it (-1 if absent); None if it lists none."""
     marks = _checksum_field(snapshot, "setTransactions")
     if marks is None:
-        found = snapshot.transactions().get(app_id)
-        return int(found.get()) if found.isDefined() else -1
+        return None
     for i in range(marks.size()):
         mark = marks.apply(i)
         if mark.appId() == app_id:
@@ -42,13 +41,23 @@ def committed_version(snapshot: Any, app_id: str) -> int:
     return -1
 
 
+def committed_version(snapshot: Any, app_id: str) -> int:
+    """The version of `app_id`'s last idempotent write (Delta txn action) in `snapshot`; -1 if none."""
+    version = _version_in_checksum(snapshot, app_id)
+    if version is None:
+        found = snapshot.transactions().get(app_id)
+        return int(found.get()) if found.isDefined() else -1
+    return version
+
+
 def read_committed_version(txn: Any, app_id: str) -> int:
     """`committed_version` for a transaction, recorded as read: a concurrent commit of the
     same app id then makes this transaction's commit fail (as txn.txnVersion does)."""
-    if _checksum_field(txn.snapshot(), "setTransactions") is None:
+    version = _version_in_checksum(txn.snapshot(), app_id)
+    if version is None:
         return int(txn.txnVersion(app_id))
     txn.readTxn().addOne(app_id)
-    return committed_version(txn.snapshot(), app_id)
+    return version
 
 
 def read_all_files(txn: Any) -> Any:
@@ -75,24 +84,17 @@ def files_overlapping(files: list[Any], column: str, low: int, high: int) -> lis
     return kept
 
 
-def files_frame(spark: "SparkSession", txn: Any, files: list[Any]) -> "DataFrame":
-    """The rows of the given files of the transaction's snapshot (deleted rows left out),
-    read without listing or reconstructing the table's state."""
-    from pyspark.sql import DataFrame
-
-    log = txn.deltaLog()
-    return DataFrame(log.createDataFrame(txn.snapshot(), seq(spark, files), False, none(spark)), spark)
-
-
 def stored_rows(spark: "SparkSession", txn: Any, files: list[Any], columns: list[str]) -> "DataFrame":
     """The given columns of every row stored in the files, deleted rows included, read as
     plain Parquet: for marking rows deleted, a row already marked changes nothing, and
     skipping it costs Delta's reader more than the scan itself. (A table with column
     mapping stores other names: it is read through Delta.)"""
+    from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
-    if txn.metadata().columnMappingMode().name() != "none":
-        return files_frame(spark, txn, files).select(*columns)
+    if txn.metadata().columnMappingMode().name() != "none":  # Delta's reader for just these files
+        scan = txn.deltaLog().createDataFrame(txn.snapshot(), seq(spark, files), False, none(spark))
+        return DataFrame(scan, spark).select(*columns)
     table = StructType.fromJson(json.loads(txn.metadata().schema().json()))
     schema = StructType([f for f in table.fields if f.name in columns])
     paths = [f.absolutePath(txn.deltaLog()).toString() for f in files]

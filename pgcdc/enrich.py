@@ -162,7 +162,8 @@ def _props(jdbc: dict[str, str]) -> tuple[str, dict[str, str]]:
 
 def _read(spark: "SparkSession", jdbc: dict[str, str], queries: list[str], snapshot: str | None = None) -> "DataFrame":
     """Union of one single-partition JDBC read per query: each query is read by its own task,
-    with its own connection, so every share can carry its own pushed-down filter.
+    with its own connection. Used for copies, whose page-range filter (ctid) has to sit
+    inside the query; a batch is read as one relation cut by `predicates` (read_batch).
 
     With `snapshot` (from pg_export_snapshot()), every connection reads in that one snapshot.
     """
