@@ -12,6 +12,8 @@ from pgcdc import capture, deltalog
 from pgcdc.errors import TargetError
 from pgcdc.jvm import pylist
 
+from fixtures.ingest import run_with_writer_before_commit
+
 THRESHOLD = "spark.databricks.delta.allFilesInCrc.thresholdNumFiles"
 
 
@@ -70,21 +72,15 @@ def test_another_commit_of_the_same_consumer_during_a_batch_fails_it(db: psycopg
     """The txn version read from the checksum is recorded as read: a commit carrying the
     consumer's app id (a second, misconfigured job) makes the batch's commit fail, and
     the next run refuses the batch number the other job took."""
-    import pgcdc.faults
-
     _sync_a_few_batches(db, syncer)
     path = syncer.path("public.t")
 
-    def other_job(name: str) -> None:
-        if name == "before-commit":  # an empty idempotent write with the consumer's app id
-            syncer.spark.range(0).selectExpr("cast(id as int) id", "'x' v").write.format("delta").mode("append") \
-                .option("txnAppId", "pgcdc:test").option("txnVersion", 4).save(path)
-    monkeypatch.setattr(pgcdc.faults, "failpoint", other_job)
+    def other_job() -> None:  # an empty idempotent write with the consumer's app id
+        syncer.spark.range(0).selectExpr("cast(id as int) id", "'x' v").write.format("delta").mode("append") \
+            .option("txnAppId", "pgcdc:test").option("txnVersion", 4).save(path)
     db.execute("insert into t values (1000, 'new')")
     commits = syncer.commits("public.t")
-    with pytest.raises(TargetError, match="changed by another writer"):
-        syncer.run()
-    monkeypatch.undo()
+    run_with_writer_before_commit(syncer, monkeypatch, other_job)
     assert syncer.commits("public.t") == commits + 1  # the other job's only
     with pytest.raises(TargetError, match="records batch 4 of consumer test but its state is neither"):
         syncer.run()  # that job claimed batch 4: this one refuses to run beside it
