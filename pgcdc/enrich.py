@@ -193,6 +193,13 @@ def key_bounds(conn: psycopg.Connection, t: AttachedTable, batch: Batch) -> tupl
     return None if lo is None else (int(lo), int(hi))
 
 
+def batch_partitions(keys: int, keys_per_partition: int, partitions: int) -> int:
+    """How many shares to read a batch of `keys` queued keys in: one per `keys_per_partition`,
+    at least 1, at most `partitions`. Each share costs a task, a connection and a new file:
+    for a small batch those cost more than reading it in parallel saves."""
+    return max(1, min(partitions, -(-keys // keys_per_partition)))
+
+
 def read_batch(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],
                batch: Batch, partitions: int) -> "DataFrame":
     """The batch's keys with their current rows (batch_query), read in `partitions` shares."""

@@ -231,7 +231,9 @@ class Job:
     def apply_batch(self, primary: psycopg.Connection, jdbc: dict[str, str], t: AttachedTable,
                     columns: list[enrich.Column], batch: events.Batch, bounds: tuple[int, int] | None,
                     state: ConsumerState, path: str, report: TableReport) -> ConsumerState:
-        batch_rows = enrich.read_batch(self.spark, jdbc, t, columns, batch, self.settings.ingest.jdbc_partitions)
+        s = self.settings.ingest
+        partitions = enrich.batch_partitions(batch.keys, s.keys_per_jdbc_partition, s.jdbc_partitions)
+        batch_rows = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions)
         keys, rows = enrich.split(batch_rows, t.key_columns)  # each read pruned to what it needs
         target = self.spark.read.format("delta").load(path).schema
         added = apply.check_schema(target, rows.schema, path, t.name)

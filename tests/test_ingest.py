@@ -23,6 +23,9 @@ def test_first_sync_then_inserts_updates_deletes(db: psycopg.Connection, syncer)
     assert (report.events, report.upserted, report.deleted, report.pending_events) == (3, 6, 5, 0)
     syncer.assert_equal("public.t")
     assert syncer.delta("public.t").count() == 46
+    from delta.tables import DeltaTable
+    last = DeltaTable.forPath(syncer.spark, syncer.path("public.t")).history(1).collect()[0]
+    assert last.operationMetrics["numTargetFilesAdded"] == "1"  # a small batch: one read, one new file
 
 
 def _writer(dsn: str) -> psycopg.Connection:
@@ -176,7 +179,7 @@ def test_small_batches_give_the_same_result(db: psycopg.Connection, syncer) -> N
     for i in range(12):
         db.execute("insert into t values (%s, 0)", (i,))
         db.execute("update t set v = v + 1 where id <= %s", (i,))
-    report = syncer.run(max_events_per_batch=5, jdbc_partitions=2)["public.t"]
+    report = syncer.run(max_events_per_batch=5, jdbc_partitions=2, keys_per_jdbc_partition=1)["public.t"]
     assert report.batches == 5 and report.events == 24
     syncer.assert_equal("public.t")
 
@@ -218,7 +221,7 @@ def test_equal_keys_in_different_text_forms_merge_as_one(db: psycopg.Connection,
         db.execute("set local timezone = 'Asia/Tokyo'")
         db.execute("insert into ts values ('2024-01-01 09:00+09', 'a')")
     db.execute("update ts set v = 'b'")
-    syncer.run(jdbc_partitions=3)
+    syncer.run(jdbc_partitions=3, keys_per_jdbc_partition=1)  # equal keys must meet in one share
     syncer.assert_equal("public.n")
     syncer.assert_equal("public.ts")
     assert [r.v for r in syncer.delta("public.n").collect()] == ["b"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pgcdc.apply import target_path
+from pgcdc.enrich import batch_partitions
 from pgcdc.events import Batch, Snapshot, _ranges_between_gaps
 from pgcdc.state import ConsumerState, TxidSet
 
@@ -49,3 +50,9 @@ def test_out_of_order_ranges_never_span_a_running_transaction() -> None:
                                           ('a."b/c"', "a.b%2Fc")])
 def test_target_path(table: str, folder: str) -> None:
     assert target_path("s3://bucket/lake/", table) == f"s3://bucket/lake/{folder}"
+
+
+@pytest.mark.parametrize(("keys", "expected"), [(0, 1), (1, 1), (100_000, 1), (100_001, 2), (250_000, 3),
+                                                (10_000_000, 4)])
+def test_batch_partitions_grow_with_the_batch_up_to_the_setting(keys: int, expected: int) -> None:
+    assert batch_partitions(keys, 100_000, 4) == expected
