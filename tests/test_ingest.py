@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import psycopg
 import pytest
 
@@ -179,9 +181,12 @@ def test_small_batches_give_the_same_result(db: psycopg.Connection, syncer) -> N
     for i in range(12):
         db.execute("insert into t values (%s, 0)", (i,))
         db.execute("update t set v = v + 1 where id <= %s", (i,))
-    report = syncer.run(max_events_per_batch=5, jdbc_partitions=2, keys_per_jdbc_partition=1)["public.t"]
-    assert report.batches == 5 and report.events == 24
+    report = syncer.run(max_events_per_batch=2, jdbc_partitions=2, keys_per_jdbc_partition=1)["public.t"]
+    assert report.batches == 12 and report.events == 24
     syncer.assert_equal("public.t")
+    # 14 commits (create, copy, 12 batches): pgcdc's tables checkpoint every 100, not every 10
+    log = Path(syncer.path("public.t")) / "_delta_log"
+    assert (log / "00000000000000000013.json").exists() and not list(log.glob("*.checkpoint*.parquet"))
 
 
 def test_copy_partitions_all_read_the_exported_snapshot(db: psycopg.Connection, syncer, dsn: str) -> None:
