@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from py4j.protocol import Py4JJavaError
 
-from pgcdc import faults
+from pgcdc import driver_marks, faults
 from pgcdc.deltalog import files_overlapping, read_all_files, read_committed_version, stored_rows
 from pgcdc.errors import TargetError
 from pgcdc.jvm import none as jvm_none, pylist, scala_map, seq, some as jvm_some
@@ -177,7 +177,7 @@ def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: Consum
 
 
 def merge(spark: "SparkSession", path: str, keys: "DataFrame", rows: "DataFrame", state: ConsumerState,
-          truncate: bool, bounds: tuple[int, int] | None = None) -> Written:
+          truncate: bool, bounds: tuple[int, int] | None = None, key_list: list[Any] | None = None) -> Written:
     """Apply one batch in one Delta commit that also carries the state.
 
     Every Delta row whose key is in the batch (`keys`: the key columns) is marked deleted
@@ -186,7 +186,9 @@ def merge(spark: "SparkSession", path: str, keys: "DataFrame", rows: "DataFrame"
     keys against the target's key column instead of Delta MERGE's three passes, and no
     unchanged row rewritten. After a TRUNCATE every row is marked deleted. `bounds`
     (lowest, highest key of a one-column integer key) lets Delta skip the files whose key
-    range lies outside the batch.
+    range lies outside the batch. `key_list` (the same keys, of a small batch with a
+    one-column key, read on the driver) lets the driver find the rows (driver_marks)
+    where its files are local; else Spark joins `keys` to the stored key column.
     """
     from pyspark import StorageLevel
 
@@ -204,17 +206,27 @@ def merge(spark: "SparkSession", path: str, keys: "DataFrame", rows: "DataFrame"
     # Reading the whole file list records it in the transaction: a concurrent rewrite of
     # those files (OPTIMIZE elsewhere) makes this commit fail instead of resurrecting rows.
     files = pylist(spark, read_all_files(txn))
+    if bounds is not None and not truncate:  # files whose key range misses the batch hold none of its keys
+        files = files_overlapping(files, keys.columns[0], *bounds)
+    paths = None
+    if key_list is not None and not truncate and txn.metadata().columnMappingMode().name() == "none":
+        paths = driver_marks.local_paths(txn, files)
+    if paths is not None:
+        vectors = driver_marks.deletion_vectors(spark, txn, files, paths, keys.columns[0], key_list)
+        return _apply(spark, path, txn, files, vectors, len(key_list), rows, state, truncate, started)
     keys = keys.persist(StorageLevel.MEMORY_AND_DISK)  # read once from PostgreSQL: counted, then joined
     try:
-        return _apply(spark, path, txn, files, keys, rows, state, truncate, bounds, started)
+        num_keys = keys.count()
+        vectors = _matched_rows(spark, txn, files, keys, num_keys, truncate, bounds)
+        return _apply(spark, path, txn, files, vectors, num_keys, rows, state, truncate, started)
     finally:
         keys.unpersist()
 
 
-def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], keys: "DataFrame", rows: "DataFrame",
-           state: ConsumerState, truncate: bool, bounds: tuple[int, int] | None, started: float) -> Written:
-    num_keys = keys.count()
-    removals, dv_metrics = _mark_deleted(spark, path, txn, files, keys, num_keys, truncate, bounds)
+def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], vectors: Any, num_keys: int,
+           rows: "DataFrame", state: ConsumerState, truncate: bool, started: float) -> Written:
+    """Write the rows and commit them with the deletion vectors (`vectors`, over `files`) and the state."""
+    removals, dv_metrics = _mark_deleted(spark, txn, files, vectors)
     added = pylist(spark, txn.writeFiles(rows._jdf))
     upserted = sum(json.loads(a.stats()).get("numRecords", 0) for a in added if a.stats())
     _record_metrics(spark, txn, {
@@ -230,19 +242,16 @@ def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], keys: "
     return Written(version, upserted, max(0, removed - upserted) if truncate else num_keys - upserted)
 
 
-def _mark_deleted(spark: "SparkSession", path: str, txn: Any, files: list[Any], keys: "DataFrame", num_keys: int,
-                  truncate: bool, bounds: tuple[int, int] | None) -> tuple[list[Any], dict[str, int]]:
-    """Deletion vectors over every row of the table's files (as of the transaction) whose
-    key is in `keys` (every row after a TRUNCATE): the file actions and Delta's counts."""
+def _matched_rows(spark: "SparkSession", txn: Any, files: list[Any], keys: "DataFrame", num_keys: int,
+                  truncate: bool, bounds: tuple[int, int] | None) -> Any:
+    """Deletion vectors (Delta's DeletionVectorResults, written) over every row of `files`
+    whose key is in `keys` (every row after a TRUNCATE), found by a Spark join."""
     from pyspark.sql import functions as F
 
-    jvm, session = spark._jvm, spark._jsparkSession
-    commands = jvm.org.apache.spark.sql.delta.commands
-    key_columns = keys.columns
-    if bounds is not None and not truncate:  # files whose key range misses the batch hold none of its keys
-        files = files_overlapping(files, key_columns[0], *bounds)
+    jvm = spark._jvm
     if not files:
-        return [], {}
+        return seq(spark, [])
+    key_columns = keys.columns
     target = stored_rows(spark, txn, files, key_columns)
     if bounds is not None and not truncate:
         target = target.where(F.col(key_columns[0]).between(int(bounds[0]), int(bounds[1])))
@@ -252,17 +261,23 @@ def _mark_deleted(spark: "SparkSession", path: str, txn: Any, files: list[Any], 
     # key column); above, Spark shuffles both sides and no key set goes through the driver.
     matched = target if truncate else target.join(F.broadcast(keys) if num_keys <= BROADCAST_KEYS else keys,
                                                   on=key_columns)
-    bitmaps = commands.DeletionVectorBitmapGenerator.buildRowIndexSetsForFilesMatchingCondition(
-        session, txn, True, matched._jdf, seq(spark, files),
-        jvm.org.apache.spark.sql.catalyst.expressions.Literal.TrueLiteral(),
-        jvm_some(spark, F.col(_FILE)._jc), jvm_some(spark, F.col(_ROW)._jc))
-    helper = commands.DMLWithDeletionVectorsHelper
+    return jvm.org.apache.spark.sql.delta.commands.DeletionVectorBitmapGenerator \
+        .buildRowIndexSetsForFilesMatchingCondition(
+            spark._jsparkSession, txn, True, matched._jdf, seq(spark, files),
+            jvm.org.apache.spark.sql.catalyst.expressions.Literal.TrueLiteral(),
+            jvm_some(spark, F.col(_FILE)._jc), jvm_some(spark, F.col(_ROW)._jc))
+
+
+def _mark_deleted(spark: "SparkSession", txn: Any, files: list[Any], vectors: Any) -> tuple[list[Any], dict[str, int]]:
+    """The file actions that put the new deletion vectors (over `files`) into the commit, and Delta's counts."""
+    jvm = spark._jvm
+    helper = jvm.org.apache.spark.sql.delta.commands.DMLWithDeletionVectorsHelper
     candidates = helper.generateCandidateFileMap(txn.deltaLog().dataPath(), seq(spark, files))
-    found = helper.findFilesWithMatchingRows(txn, candidates, bitmaps)  # deletion vectors written
+    found = helper.findFilesWithMatchingRows(txn, candidates, vectors)
     touched = pylist(spark, found)
     if all(f.fileLogEntry().stats() for f in touched):
         return _deletion_actions(spark, touched)
-    result = helper.processUnmodifiedData(session, found, txn.snapshot())  # (actions, counts)
+    result = helper.processUnmodifiedData(spark._jsparkSession, found, txn.snapshot())  # (actions, counts)
     actions, counts = result._1(), result._2()
     return pylist(spark, actions), {str(k): int(v) for k, v in
                                     jvm.scala.jdk.javaapi.CollectionConverters.asJava(counts).items()}

@@ -193,11 +193,30 @@ def key_bounds(conn: psycopg.Connection, t: AttachedTable, batch: Batch) -> tupl
     return None if lo is None else (int(lo), int(hi))
 
 
-def batch_partitions(keys: int, keys_per_partition: int, partitions: int) -> int:
-    """How many shares to read a batch of `keys` queued keys in: one per `keys_per_partition`,
+def batch_partitions(keys: int, small_batch_keys: int, partitions: int) -> int:
+    """How many shares to read a batch of `keys` queued keys in: one per `small_batch_keys`,
     at least 1, at most `partitions`. Each share costs a task, a connection and a new file:
     for a small batch those cost more than reading it in parallel saves."""
-    return max(1, min(partitions, -(-keys // keys_per_partition)))
+    return max(1, min(partitions, -(-keys // small_batch_keys)))
+
+
+DRIVER_KEY_TYPES = {"int2", "int4", "int8", "text", "varchar"}
+
+
+def keys_fit_driver(t: AttachedTable, columns: list[Column]) -> bool:
+    """True for a one-column key that Delta holds as integers or text (text, varchar, and
+    the types read in text form, such as uuid): the ones driver_marks matches exactly."""
+    if len(t.key_columns) != 1:
+        return False
+    key = next(c for c in columns if c.name == t.key_columns[0])
+    return not key.is_array and (key.base in DRIVER_KEY_TYPES or not key.native)
+
+
+def read_keys(conn: psycopg.Connection, t: AttachedTable, columns: list[Column], batch: Batch) -> list[object]:
+    """The batch's distinct keys (a one-column key), in the form the Delta table holds them,
+    read into the driver: only for small batches (see driver_marks)."""
+    column = _ident(KEY_PREFIX + t.key_columns[0])
+    return [row[0] for row in conn.execute(f"select {column} from ({batch_query(t, columns, batch)}) q")]
 
 
 def read_batch(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],

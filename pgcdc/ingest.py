@@ -155,7 +155,7 @@ class Job:
                 # (written below) may move ahead: the events retention then drops are not this table's
                 state = replace(batch.next_state(state), batch=state.batch, run_id=state.run_id)
             else:
-                state = self.apply_batch(primary, jdbc, t, columns, batch, bounds, state, path, report)
+                state = self.apply_batch(primary, reader, jdbc, t, columns, batch, bounds, state, path, report)
             if batch.caught_up or state.watermark >= start_txmin:
                 break
         return self.finish(primary, reader, state, path, report)
@@ -228,12 +228,15 @@ class Job:
             raise BusyError(f"another pgcdc ingest for consumer {consumer} is running; "
                             "wait for it to finish (runs of one consumer never overlap)")
 
-    def apply_batch(self, primary: psycopg.Connection, jdbc: dict[str, str], t: AttachedTable,
+    def apply_batch(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
+                    t: AttachedTable,
                     columns: list[enrich.Column], batch: events.Batch, bounds: tuple[int, int] | None,
                     state: ConsumerState, path: str, report: TableReport) -> ConsumerState:
         s = self.settings.ingest
-        partitions = enrich.batch_partitions(batch.keys, s.keys_per_jdbc_partition, s.jdbc_partitions)
+        partitions = enrich.batch_partitions(batch.keys, s.small_batch_keys, s.jdbc_partitions)
         batch_rows = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions)
+        small = batch.keys <= s.small_batch_keys and not batch.truncate and enrich.keys_fit_driver(t, columns)
+        key_list = enrich.read_keys(reader, t, columns, batch) if small else None
         keys, rows = enrich.split(batch_rows, t.key_columns)  # each read pruned to what it needs
         target = self.spark.read.format("delta").load(path).schema
         added = apply.check_schema(target, rows.schema, path, t.name)
@@ -242,7 +245,7 @@ class Job:
             self.say(f"{t.name}: new column(s) {', '.join(added)} added to {path}")
         new_state = batch.next_state(state)
         faults.failpoint("before-merge")
-        written = apply.merge(self.spark, path, keys, rows, new_state, batch.truncate, bounds)
+        written = apply.merge(self.spark, path, keys, rows, new_state, batch.truncate, bounds, key_list)
         faults.failpoint("after-merge")
         self.committed(primary, path, new_state)
         report.batches += 1

@@ -54,10 +54,11 @@ class IngestSettings(BaseModel):
     max_events_per_batch: int = Field(default=10_000, gt=0, description="queue rows per batch")
     max_keys_per_batch: int = Field(default=1_000_000, gt=0, description="changed keys per batch")
     jdbc_partitions: int = Field(default=4, gt=0, le=256, description="parallel JDBC reads per table")
-    keys_per_jdbc_partition: int = Field(
+    small_batch_keys: int = Field(
         default=100_000, gt=0,
-        description="a batch is read in one JDBC partition per this many keys, up to jdbc_partitions: "
-        "a small batch in one read (one connection, one new file) instead of jdbc_partitions",
+        description="a batch of up to this many queued keys is small: read in one JDBC partition, and (for a "
+        "one-column integer or text key, local files) its old rows found on the driver without a Spark job; "
+        "larger batches are read in one partition per this many keys, up to jdbc_partitions",
     )
     recopy_fraction: float = Field(
         default=0.1, ge=0, le=1,

@@ -40,7 +40,7 @@ def test_checksum_answers_match_the_state_reconstruction(db: psycopg.Connection,
     reconstructed = pylist(syncer.spark, log.startTransaction().filterFiles())
     assert sorted((a.path(), a.deletionVector() and a.deletionVector().cardinality()) for a in from_checksum) == \
         sorted((a.path(), a.deletionVector() and a.deletionVector().cardinality()) for a in reconstructed)
-    assert len(from_checksum) >= 3
+    assert len(from_checksum) >= 2 and any(a.deletionVector() for a in from_checksum)
 
 
 @pytest.mark.parametrize("missing", ["checksum files", "file list"])

@@ -181,7 +181,7 @@ def test_small_batches_give_the_same_result(db: psycopg.Connection, syncer) -> N
     for i in range(12):
         db.execute("insert into t values (%s, 0)", (i,))
         db.execute("update t set v = v + 1 where id <= %s", (i,))
-    report = syncer.run(max_events_per_batch=2, jdbc_partitions=2, keys_per_jdbc_partition=1)["public.t"]
+    report = syncer.run(max_events_per_batch=2, jdbc_partitions=2, small_batch_keys=1)["public.t"]
     assert report.batches == 12 and report.events == 24
     syncer.assert_equal("public.t")
     # 14 commits (create, copy, 12 batches): pgcdc's tables checkpoint every 100, not every 10
@@ -226,7 +226,7 @@ def test_equal_keys_in_different_text_forms_merge_as_one(db: psycopg.Connection,
         db.execute("set local timezone = 'Asia/Tokyo'")
         db.execute("insert into ts values ('2024-01-01 09:00+09', 'a')")
     db.execute("update ts set v = 'b'")
-    syncer.run(jdbc_partitions=3, keys_per_jdbc_partition=1)  # equal keys must meet in one share
+    syncer.run(jdbc_partitions=3, small_batch_keys=1)  # equal keys must meet in one share
     syncer.assert_equal("public.n")
     syncer.assert_equal("public.ts")
     assert [r.v for r in syncer.delta("public.n").collect()] == ["b"]
@@ -254,9 +254,17 @@ def test_batch_changing_much_of_the_table_is_applied_by_a_copy(db: psycopg.Conne
     syncer.assert_equal("public.t")
 
 
-def test_batches_mark_old_rows_deleted_and_write_only_the_changed_rows(db: psycopg.Connection, syncer) -> None:
+@pytest.mark.parametrize("small_batch_keys", [100_000, 1], ids=["driver finds the rows", "Spark joins"])
+def test_batches_mark_old_rows_deleted_and_write_only_the_changed_rows(db: psycopg.Connection, syncer, monkeypatch,
+                                                                       small_batch_keys: int) -> None:
+    """Both ways of finding a batch's old rows: on the driver (small batches) and by a Spark join."""
     from delta.tables import DeltaTable
+    from pgcdc import driver_marks
 
+    on_driver = []
+    real = driver_marks.deletion_vectors
+    monkeypatch.setattr(driver_marks, "deletion_vectors", lambda *a: on_driver.append(1) or real(*a))
+    run = lambda: syncer.run(small_batch_keys=small_batch_keys)  # noqa: E731
     db.execute("create table t (id int primary key, v text)")
     db.execute("insert into t select i, 'x' from generate_series(1, 200) i")
     capture.attach(db, "t")
@@ -269,7 +277,7 @@ def test_batches_mark_old_rows_deleted_and_write_only_the_changed_rows(db: psyco
     db.execute("update t set v = 'y' where id <= 5")
     db.execute("delete from t where id in (6, 7)")
     db.execute("insert into t values (201, 'new'), (202, 'new'), (203, 'new')")
-    report = syncer.run()["public.t"]
+    report = run()["public.t"]
     assert (report.upserted, report.deleted) == (8, 2)
     syncer.assert_equal("public.t")
     commit = last_commit()
@@ -284,11 +292,12 @@ def test_batches_mark_old_rows_deleted_and_write_only_the_changed_rows(db: psyco
     db.execute("delete from t where id in (1, 202)")
     db.execute("insert into t values (300, 'gone')")
     db.execute("delete from t where id = 300")
-    report = syncer.run()["public.t"]
+    report = run()["public.t"]
     assert (report.upserted, report.deleted) == (5, 3)  # 2..5, 201 written; 1, 202, 300 have no row
     syncer.assert_equal("public.t")
     assert syncer.delta("public.t").groupBy("id").count().where("count > 1").count() == 0
     db.execute("delete from t")
-    syncer.run()
+    run()
     syncer.assert_equal("public.t")
     assert syncer.delta("public.t").count() == 0
+    assert len(on_driver) == (3 if small_batch_keys > 1 else 0)

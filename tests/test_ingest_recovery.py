@@ -20,7 +20,7 @@ from fixtures.ingest import run_with_writer_before_commit
 def _config(syncer, tmp_path: Path, consumer: str = "test") -> Path:
     cfg = tmp_path / "pgcdc.toml"
     cfg.write_text(f'consumer = "{consumer}"\n[source]\ndsn = "{syncer.dsn}"\n[target]\nroot = "{syncer.root}"\n'
-                   '[ingest]\njdbc_partitions = 2\nkeys_per_jdbc_partition = 1\nrecopy_fraction = 0\n')
+                   '[ingest]\njdbc_partitions = 2\nsmall_batch_keys = 1\nrecopy_fraction = 0\n')
     return cfg
 
 

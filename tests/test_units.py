@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pgcdc.apply import target_path
-from pgcdc.enrich import batch_partitions
+from pgcdc.capture import AttachedTable
+from pgcdc.enrich import Column, batch_partitions, keys_fit_driver
 from pgcdc.events import Batch, Snapshot, _ranges_between_gaps
 from pgcdc.state import ConsumerState, TxidSet
 
@@ -56,3 +57,19 @@ def test_target_path(table: str, folder: str) -> None:
                                                 (10_000_000, 4)])
 def test_batch_partitions_grow_with_the_batch_up_to_the_setting(keys: int, expected: int) -> None:
     assert batch_partitions(keys, 100_000, 4) == expected
+
+
+@pytest.mark.parametrize(("columns", "fits"), [
+    ([Column("id", "bigint", "int8", False, None)], True),
+    ([Column("id", "text", "text", False, None)], True),
+    ([Column("id", "uuid", "uuid", False, None)], True),          # held as text
+    ([Column("id", "numeric", "numeric", False, None)], True),    # unconstrained: held as text
+    ([Column("id", "numeric(10,2)", "numeric", False, 10)], False),  # held as decimal
+    ([Column("id", "timestamp with time zone", "timestamptz", False, None)], False),
+    ([Column("id", "character(3)", "bpchar", False, None)], False),
+    ([Column("id", "integer[]", "int4", True, None)], False),
+    ([Column("id", "integer", "int4", False, None), Column("n", "integer", "int4", False, None)], False),
+])
+def test_keys_fit_the_driver_path_only_when_held_as_integers_or_text(columns: list[Column], fits: bool) -> None:
+    table = AttachedTable(1, "public.t", [c.name for c in columns], [c.type_sql for c in columns], None, None)
+    assert keys_fit_driver(table, columns) is fits
