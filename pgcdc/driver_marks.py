@@ -16,6 +16,7 @@ large batch, whose keys must not gather on the driver) takes the Spark path.
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING, Any
 
 from pgcdc.jvm import none, seq, some
@@ -35,10 +36,9 @@ def local_paths(txn: Any, files: list[Any]) -> list[str] | None:
     return paths
 
 
-def _positions(path: str, column: str, keys: list[Any]) -> bytes:
-    """The row positions in the Parquet file whose `column` value is one of `keys`, as
-    little-endian int64s (every physical row counts, deleted ones included, as Delta's
-    row index does)."""
+def _positions(path: str, column: str, keys: list[Any]) -> list[int]:
+    """The row positions (ascending) in the Parquet file whose `column` value is one of
+    `keys` (every physical row counts, deleted ones included, as Delta's row index does)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -47,8 +47,51 @@ def _positions(path: str, column: str, keys: list[Any]) -> bytes:
     if not (pa.types.is_integer(stored.type) or pa.types.is_string(stored.type)
             or pa.types.is_large_string(stored.type)):
         raise TypeError(f"{path}: key column {column} is stored as {stored.type}, not as integers or text")
-    found = pc.indices_nonzero(pc.is_in(stored, value_set=pa.array(keys, type=stored.type)))
-    return found.cast(pa.int64()).buffers()[1].to_pybytes()[:8 * len(found)]
+    return pc.indices_nonzero(pc.is_in(stored, value_set=pa.array(keys, type=stored.type))).to_pylist()
+
+
+_DV_MAGIC = 1681511377       # Delta's RoaringBitmapArray, portable format (PROTOCOL.md, Deletion Vector Format)
+_NO_RUN_COOKIE = 12346       # RoaringFormatSpec: a 32-bit bitmap without run containers
+_ARRAY_MAX = 4096            # up to this many values a container is a sorted uint16 array, above a 2^16-bit bitmap
+
+
+def portable_bitmap(positions: list[int]) -> bytes:
+    """Delta's serialized deletion-vector bitmap of ascending, distinct row positions.
+
+    Built here because a byte array returned through Py4J of ~8 KB or more waits ~40 ms
+    (a TCP delayed acknowledgement) per call; Delta's writer checks and stores it."""
+    buckets: dict[int, list[int]] = {}
+    for p in positions:
+        buckets.setdefault(p >> 32, []).append(p & 0xFFFFFFFF)
+    parts = [struct.pack("<iq", _DV_MAGIC, len(buckets))]
+    for key in sorted(buckets):
+        parts += [struct.pack("<i", key), _roaring32(buckets[key])]
+    return b"".join(parts)
+
+
+def _roaring32(values: list[int]) -> bytes:
+    """A 32-bit RoaringBitmap of ascending, distinct values in the standard portable format."""
+    containers: dict[int, list[int]] = {}
+    for v in values:
+        containers.setdefault(v >> 16, []).append(v & 0xFFFF)
+    keys = sorted(containers)
+    bodies = []
+    for key in keys:
+        lows = containers[key]
+        if len(lows) <= _ARRAY_MAX:
+            bodies.append(struct.pack(f"<{len(lows)}H", *lows))
+        else:
+            bits = bytearray(8192)
+            for v in lows:
+                bits[v >> 3] |= 1 << (v & 7)
+            bodies.append(bytes(bits))
+    header = [struct.pack("<II", _NO_RUN_COOKIE, len(keys))]
+    header += [struct.pack("<HH", key, len(containers[key]) - 1) for key in keys]
+    offset = 8 + 8 * len(keys)  # cookie and count, then per container: key/cardinality and offset
+    for body in bodies:
+        header.append(struct.pack("<I", offset))
+        offset += len(body)
+    return b"".join(header + bodies)
 
 
 def deletion_vectors(spark: "SparkSession", txn: Any, files: list[Any], paths: list[str], column: str,
@@ -57,25 +100,17 @@ def deletion_vectors(spark: "SparkSession", txn: Any, files: list[Any], paths: l
     over every row of `files` whose `column` is in `keys`; files without such a row are left out."""
     jvm = spark._jvm
     delta = jvm.org.apache.spark.sql.delta
-    bitmap_format = delta.deletionvectors.RoaringBitmapArrayFormat.Portable()
+    vector_data, spark_path = delta.commands.DeletionVectorData, jvm.org.apache.spark.paths.SparkPath
     log = txn.deltaLog()
     data = []
     for add, path in zip(files, paths):
-        raw = _positions(path, column, keys)
-        if not raw:
+        positions = _positions(path, column, keys)
+        if not positions:
             continue
-        count = len(raw) // 8
-        positions = spark.sparkContext._gateway.new_array(jvm.long, count)
-        buffer = jvm.java.nio.ByteBuffer.wrap(raw)
-        buffer.order(jvm.java.nio.ByteOrder.LITTLE_ENDIAN)
-        buffer.asLongBuffer().get(positions)
-        bitmap = delta.deletionvectors.RoaringBitmapArray.apply(
-            jvm.scala.collection.immutable.ArraySeq.unsafeWrapArray(positions))
         existing = add.deletionVector()
-        data.append(delta.commands.DeletionVectorData(
-            jvm.org.apache.spark.paths.SparkPath.fromPath(add.absolutePath(log)).urlEncoded(),
-            some(spark, existing.serializeToBase64()) if existing is not None else none(spark),
-            bitmap.serializeAsByteArray(bitmap_format), count))
+        data.append(vector_data(spark_path.fromPath(add.absolutePath(log)).urlEncoded(),
+                                some(spark, existing.serializeToBase64()) if existing is not None else none(spark),
+                                portable_bitmap(positions), len(positions)))
     if not data:
         return seq(spark, [])
     store = delta.commands.DeletionVectorWriter.createMapperToStoreDeletionVectors(

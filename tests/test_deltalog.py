@@ -150,3 +150,23 @@ def test_column_mapping_turned_on_by_another_tool_still_applies_batches(db: psyc
     report = syncer.run()["public.t"]
     assert (report.upserted, report.deleted) == (3, 1)
     syncer.assert_equal("public.t")
+
+
+@pytest.mark.parametrize("positions", [
+    [0], [5, 9, 70_000],                      # array containers in two 16-bit blocks
+    list(range(3, 20_000, 3)),                # > 4096 values in one block: a bitmap container
+    list(range(65_530, 65_545)) + [2**32 + 7, 2**33],  # values past 2^32: three 32-bit buckets
+], ids=["one", "sparse", "dense", "wide"])
+def test_deletion_vector_bitmap_built_on_the_driver_is_what_delta_writes(spark, positions: list[int]) -> None:
+    """The small-batch path serializes its bitmaps itself (driver_marks): byte for byte
+    Delta's own serialization of the same set, and Delta reads back the same positions."""
+    from pgcdc.driver_marks import portable_bitmap
+
+    dv = spark._jvm.org.apache.spark.sql.delta.deletionvectors
+    ours = portable_bitmap(positions)
+    read = dv.RoaringBitmapArray.readFrom(ours)
+    assert read.cardinality() == len(positions) and list(read.toArray()) == positions
+    theirs = dv.RoaringBitmapArray()
+    for p in positions:
+        theirs.add(p)
+    assert bytes(theirs.serializeAsByteArray(dv.RoaringBitmapArrayFormat.Portable())) == ours
