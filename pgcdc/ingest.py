@@ -229,9 +229,9 @@ class Job:
                             "wait for it to finish (runs of one consumer never overlap)")
 
     def apply_batch(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
-                    t: AttachedTable,
-                    columns: list[enrich.Column], batch: events.Batch, bounds: tuple[int, int] | None,
-                    state: ConsumerState, path: str, report: TableReport) -> ConsumerState:
+                    t: AttachedTable, columns: list[enrich.Column], batch: events.Batch,
+                    bounds: tuple[int, int] | None, state: ConsumerState, path: str,
+                    report: TableReport) -> ConsumerState:
         s = self.settings.ingest
         partitions = enrich.batch_partitions(batch.keys, s.small_batch_keys, s.jdbc_partitions)
         batch_rows = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions)
