@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from py4j.protocol import Py4JJavaError
 
 from pgcdc import driver_marks, faults
-from pgcdc.deltalog import files_overlapping, read_all_files, read_committed_version, stored_rows
+from pgcdc.deltalog import files_overlapping, read_all_files, read_committed_version, renames_columns, stored_rows
 from pgcdc.errors import TargetError
 from pgcdc.jvm import none as jvm_none, pylist, scala_map, seq, some as jvm_some
 from pgcdc.state import ConsumerState, app_id
@@ -209,7 +209,7 @@ def merge(spark: "SparkSession", path: str, keys: "DataFrame", rows: "DataFrame"
     if bounds is not None and not truncate:  # files whose key range misses the batch hold none of its keys
         files = files_overlapping(files, keys.columns[0], *bounds)
     paths = None
-    if key_list is not None and not truncate and txn.metadata().columnMappingMode().name() == "none":
+    if key_list is not None and not truncate and not renames_columns(txn):
         paths = driver_marks.local_paths(txn, files)
     if paths is not None:
         vectors = driver_marks.deletion_vectors(spark, txn, files, paths, keys.columns[0], key_list)

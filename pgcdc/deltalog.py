@@ -84,6 +84,12 @@ def files_overlapping(files: list[Any], column: str, low: int, high: int) -> lis
     return kept
 
 
+def renames_columns(txn: Any) -> bool:
+    """True if the table uses column mapping: its Parquet files then name the columns
+    otherwise than its schema, so they can only be read through Delta."""
+    return txn.metadata().columnMappingMode().name() != "none"
+
+
 def stored_rows(spark: "SparkSession", txn: Any, files: list[Any], columns: list[str]) -> "DataFrame":
     """The given columns of every row stored in the files, deleted rows included, read as
     plain Parquet: for marking rows deleted, a row already marked changes nothing, and
@@ -92,7 +98,7 @@ def stored_rows(spark: "SparkSession", txn: Any, files: list[Any], columns: list
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
-    if txn.metadata().columnMappingMode().name() != "none":  # Delta's reader for just these files
+    if renames_columns(txn):  # Delta's reader for just these files
         scan = txn.deltaLog().createDataFrame(txn.snapshot(), seq(spark, files), False, none(spark))
         return DataFrame(scan, spark).select(*columns)
     table = StructType.fromJson(json.loads(txn.metadata().schema().json()))
