@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 from py4j.protocol import Py4JJavaError
 
 from pgcdc import driver_marks, faults
-from pgcdc.deltalog import files_overlapping, read_all_files, read_committed_version, renames_columns, stored_rows
+from pgcdc.deltalog import (files_overlapping, latest_snapshot, read_all_files, read_committed_version, renames_columns,
+                            stored_rows)
 from pgcdc.errors import TargetError
-from pgcdc.jvm import none as jvm_none, pylist, scala_map, seq, some as jvm_some
+from pgcdc.jvm import none as jvm_none, optional, pylist, scala_map, seq, some as jvm_some
 from pgcdc.state import ConsumerState, app_id
 
 if TYPE_CHECKING:
@@ -118,8 +119,8 @@ def create_table(spark: "SparkSession", path: str, schema: "StructType", consume
 
 def check_owner(spark: "SparkSession", path: str, consumer: str, table: str) -> None:
     """Refuse a Delta table that another consumer, another source table, or nobody from pgcdc owns."""
-    props = {r.key: r.value for r in spark.sql(f"show tblproperties delta.{_col(path)}").collect()}
-    owner, source = props.get(OWNER), props.get(SOURCE)
+    props = latest_snapshot(spark, path).metadata().configuration()
+    owner, source = optional(props.get(OWNER)), optional(props.get(SOURCE))
     if owner is None:
         raise TargetError(f"Delta table {path} was not created by pgcdc; choose another target.root "
                           "or move that table away")
@@ -198,8 +199,7 @@ def merge(spark: "SparkSession", path: str, keys: "DataFrame", rows: "DataFrame"
     if read_committed_version(txn, app_id(state.consumer)) >= state.batch:
         raise TargetError(f"batch {state.batch} of consumer {state.consumer} is already committed to {path}: "
                           "is a second ingest running elsewhere?")
-    enabled = txn.metadata().configuration().get("delta.enableDeletionVectors")
-    if not (enabled.isDefined() and str(enabled.get()).lower() == "true"):
+    if str(optional(txn.metadata().configuration().get("delta.enableDeletionVectors"))).lower() != "true":
         raise TargetError(f"deletion vectors are turned off on {path}; pgcdc applies batches with them: turn them on "
                           f"again (ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = "
                           "'true')) and run the ingest again")

@@ -14,10 +14,17 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from pgcdc.jvm import none, seq
+from pgcdc.jvm import none, optional, seq
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+
+def latest_snapshot(spark: "SparkSession", path: str) -> Any:
+    """The Delta table's newest snapshot (version -1 where there is no table): one listing of
+    the log, no Spark job."""
+    log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    return log.update(False, none(spark), none(spark))
 
 
 def _checksum_field(snapshot: Any, name: str) -> Any | None:
@@ -25,8 +32,7 @@ def _checksum_field(snapshot: Any, name: str) -> Any | None:
     checksum = snapshot.checksumOpt()
     if not checksum.isDefined():
         return None
-    value = getattr(checksum.get(), name)()
-    return value.get() if value.isDefined() else None
+    return optional(getattr(checksum.get(), name)())
 
 
 def _version_in_checksum(snapshot: Any, app_id: str) -> int | None:
@@ -45,8 +51,8 @@ def committed_version(snapshot: Any, app_id: str) -> int:
     """The version of `app_id`'s last idempotent write (Delta txn action) in `snapshot`; -1 if none."""
     version = _version_in_checksum(snapshot, app_id)
     if version is None:
-        found = snapshot.transactions().get(app_id)
-        return int(found.get()) if found.isDefined() else -1
+        found = optional(snapshot.transactions().get(app_id))
+        return -1 if found is None else int(found)
     return version
 
 

@@ -32,6 +32,11 @@ def none(spark: "SparkSession") -> Any:
     return spark._jvm.scala.Option.empty()
 
 
+def optional(option: Any) -> Any | None:
+    """The value of a Scala Option, or None."""
+    return option.get() if option.isDefined() else None
+
+
 def scala_map(spark: "SparkSession", entries: dict[str, Any]) -> Any:
     """A Scala immutable Map[String, V]."""
     result = spark._jvm.scala.Predef.Map().empty()

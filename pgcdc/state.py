@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from pgcdc.errors import TargetError
-from pgcdc.deltalog import committed_version
+from pgcdc.deltalog import committed_version, latest_snapshot
 
 if TYPE_CHECKING:
     import psycopg
@@ -123,9 +123,7 @@ def app_id(consumer: str) -> str:
 
 def committed_batch(spark: "SparkSession", path: str, consumer: str) -> int | None:
     """The batch number of the consumer's last commit to the Delta table (its txn version), or None."""
-    jvm = spark._jvm
-    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-    snapshot = log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+    snapshot = latest_snapshot(spark, path)
     if snapshot.version() < 0:
         return None
     version = committed_version(snapshot, app_id(consumer))
