@@ -170,3 +170,22 @@ def test_deletion_vector_bitmap_built_on_the_driver_is_what_delta_writes(spark, 
     for p in positions:
         theirs.add(p)
     assert bytes(theirs.serializeAsByteArray(dv.RoaringBitmapArrayFormat.Portable())) == ours
+
+
+def test_driver_path_only_for_files_on_the_local_file_system(spark, tmp_path: Path) -> None:
+    """driver_marks reads files with pyarrow from local paths: one file anywhere else (an
+    object store) sends the batch to the Spark join, which reads through Hadoop."""
+    from pgcdc.driver_marks import local_paths
+
+    path = str(tmp_path / "t")
+    spark.range(3).repartition(2).write.format("delta").save(path)
+    delta = spark._jvm.org.apache.spark.sql.delta
+    txn = delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()
+    local = pylist(spark, txn.filterFiles())
+    remote = delta.actions.Action.fromJson(
+        '{"add":{"path":"s3a://bucket/t/part-00000.parquet","partitionValues":{},"size":1,'
+        '"modificationTime":0,"dataChange":true}}')
+    found = local_paths(txn, local)
+    assert sorted(found) == sorted(str(p) for p in Path(path).glob("part-*.parquet")) and len(found) == 2
+    assert local_paths(txn, local + [remote]) is None
+    assert local_paths(txn, [remote]) is None
