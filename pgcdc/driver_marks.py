@@ -16,7 +16,9 @@ large batch, whose keys must not gather on the driver) takes the Spark path.
 
 from __future__ import annotations
 
+import os
 import struct
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from pgcdc.jvm import none, seq, some
@@ -102,9 +104,10 @@ def deletion_vectors(spark: "SparkSession", txn: Any, files: list[Any], paths: l
     delta = jvm.org.apache.spark.sql.delta
     vector_data, spark_path = delta.commands.DeletionVectorData, jvm.org.apache.spark.paths.SparkPath
     log = txn.deltaLog()
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # pyarrow reads and matches outside the GIL
+        found = list(pool.map(lambda path: _positions(path, column, keys), paths))
     data = []
-    for add, path in zip(files, paths):
-        positions = _positions(path, column, keys)
+    for add, positions in zip(files, found):
         if not positions:
             continue
         existing = add.deletionVector()
