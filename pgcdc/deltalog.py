@@ -29,10 +29,8 @@ def latest_snapshot(spark: "SparkSession", path: str) -> Any:
 
 def _checksum_field(snapshot: Any, name: str) -> Any | None:
     """The field `name` (a Scala Option) of the snapshot's checksum, unwrapped; None if absent."""
-    checksum = snapshot.checksumOpt()
-    if not checksum.isDefined():
-        return None
-    return optional(getattr(checksum.get(), name)())
+    checksum = optional(snapshot.checksumOpt())
+    return None if checksum is None else optional(getattr(checksum, name)())
 
 
 def _version_in_checksum(snapshot: Any, app_id: str) -> int | None:
