@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from py4j.protocol import Py4JJavaError
 
-from pgcdc import driver_marks, faults
+from pgcdc import driver_marks, driver_write, faults
 from pgcdc.deltalog import (files_overlapping, latest_snapshot, read_all_files, read_committed_version, renames_columns,
                             stored_rows)
 from pgcdc.errors import TargetError
@@ -27,6 +27,7 @@ from pgcdc.jvm import none as jvm_none, optional, pylist, scala_map, seq, some a
 from pgcdc.state import ConsumerState, app_id
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -178,7 +179,8 @@ def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: Consum
 
 
 def merge(spark: "SparkSession", path: str, keys: "DataFrame", rows: "DataFrame", state: ConsumerState,
-          truncate: bool, bounds: tuple[int, int] | None = None, key_list: list[Any] | None = None) -> Written:
+          truncate: bool, bounds: tuple[int, int] | None = None, key_list: list[Any] | None = None,
+          local_rows: "pa.Table | None" = None) -> Written:
     """Apply one batch in one Delta commit that also carries the state.
 
     Every Delta row whose key is in the batch (`keys`: the key columns) is marked deleted
@@ -190,6 +192,8 @@ def merge(spark: "SparkSession", path: str, keys: "DataFrame", rows: "DataFrame"
     range lies outside the batch. `key_list` (the same keys, of a small batch with a
     one-column key, read on the driver) lets the driver find the rows (driver_marks)
     where its files are local; else Spark joins `keys` to the stored key column.
+    `local_rows` (the same as `rows`, read on the driver, with `key_list`) lets the driver
+    write them (driver_write) instead of a Spark job.
     """
     from pyspark import StorageLevel
 
@@ -213,7 +217,7 @@ def merge(spark: "SparkSession", path: str, keys: "DataFrame", rows: "DataFrame"
         paths = driver_marks.local_paths(txn, files)
     if paths is not None:
         vectors = driver_marks.deletion_vectors(spark, txn, files, paths, keys.columns[0], key_list)
-        return _apply(spark, path, txn, files, vectors, len(key_list), rows, state, truncate, started)
+        return _apply(spark, path, txn, files, vectors, len(key_list), rows, state, truncate, started, local_rows)
     keys = keys.persist(StorageLevel.MEMORY_AND_DISK)  # read once from PostgreSQL: counted, then joined
     try:
         num_keys = keys.count()
@@ -224,10 +228,14 @@ def merge(spark: "SparkSession", path: str, keys: "DataFrame", rows: "DataFrame"
 
 
 def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], vectors: Any, num_keys: int,
-           rows: "DataFrame", state: ConsumerState, truncate: bool, started: float) -> Written:
-    """Write the rows and commit them with the deletion vectors (`vectors`, over `files`) and the state."""
+           rows: "DataFrame", state: ConsumerState, truncate: bool, started: float,
+           local_rows: "pa.Table | None" = None) -> Written:
+    """Write the rows (from the driver where it can, see driver_write; else with Spark) and
+    commit them with the deletion vectors (`vectors`, over `files`) and the state."""
     removals, dv_metrics = _mark_deleted(spark, txn, files, vectors)
-    added = pylist(spark, txn.writeFiles(rows._jdf))
+    added = driver_write.write(spark, txn, local_rows) if local_rows is not None else None
+    if added is None:
+        added = pylist(spark, txn.writeFiles(rows._jdf))
     upserted = sum(json.loads(a.stats()).get("numRecords", 0) for a in added if a.stats())
     _record_metrics(spark, txn, {
         "operationNumSourceRows": num_keys, "numOutputRows": upserted, "numTargetRowsCopied": 0,

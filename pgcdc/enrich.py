@@ -212,11 +212,21 @@ def keys_fit_driver(t: AttachedTable, columns: list[Column]) -> bool:
     return not key.is_array and (key.base in DRIVER_KEY_TYPES or not key.native)
 
 
-def read_keys(conn: psycopg.Connection, t: AttachedTable, columns: list[Column], batch: Batch) -> list[object]:
-    """The batch's distinct keys (a one-column key), in the form the Delta table holds them,
-    read into the driver: only for small batches (see driver_marks)."""
-    column = _ident(KEY_PREFIX + t.key_columns[0])
-    return [row[0] for row in conn.execute(f"select {column} from ({batch_query(t, columns, batch)}) q")]
+def fetch_batch(conn: psycopg.Connection, t: AttachedTable, columns: list[Column],
+                batch: Batch) -> tuple[list[object], list[tuple[object, ...]] | None]:
+    """The batch's distinct keys (a one-column key, in the form the Delta table holds them)
+    and its live rows (values in column order), read into the driver in one query: only
+    for small batches (driver_marks, driver_write). The rows are None where psycopg has
+    no Python value for one (a date past year 9999, a timestamp 'infinity'): Spark reads them."""
+    key = _ident(KEY_PREFIX + t.key_columns[0])
+    query = batch_query(t, columns, batch)
+    names = [c.name for c in columns]
+    try:
+        fetched = conn.execute(f"select {key}, {', '.join(_ident(n) for n in names)} from ({query}) q").fetchall()
+    except psycopg.DataError:
+        return [row[0] for row in conn.execute(f"select {key} from ({query}) q")], None
+    live = 1 + names.index(t.key_columns[0])  # the table's key column: null where the row is gone
+    return [row[0] for row in fetched], [row[1:] for row in fetched if row[live] is not None]
 
 
 def read_batch(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],

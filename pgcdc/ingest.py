@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from pgcdc import apply, capture, enrich, events, faults
+from pgcdc import apply, capture, driver_write, enrich, events, faults
 from pgcdc.capture import AttachedTable
 from pgcdc.db import connect, jdbc_options
 from pgcdc.errors import BusyError, TableError, TargetError
@@ -236,7 +236,7 @@ class Job:
         partitions = enrich.batch_partitions(batch.keys, s.small_batch_keys, s.jdbc_partitions)
         batch_rows = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions)
         small = batch.keys <= s.small_batch_keys and not batch.truncate and enrich.keys_fit_driver(t, columns)
-        key_list = enrich.read_keys(reader, t, columns, batch) if small else None
+        key_list, fetched = enrich.fetch_batch(reader, t, columns, batch) if small else (None, None)
         keys, rows = enrich.split(batch_rows, t.key_columns)  # each read pruned to what it needs
         target = self.spark.read.format("delta").load(path).schema
         added = apply.check_schema(target, rows.schema, path, t.name)
@@ -245,7 +245,8 @@ class Job:
             self.say(f"{t.name}: new column(s) {', '.join(added)} added to {path}")
         new_state = batch.next_state(state)
         faults.failpoint("before-merge")
-        written = apply.merge(self.spark, path, keys, rows, new_state, batch.truncate, bounds, key_list)
+        local_rows = driver_write.arrow_rows(fetched, rows.schema) if fetched is not None else None
+        written = apply.merge(self.spark, path, keys, rows, new_state, batch.truncate, bounds, key_list, local_rows)
         faults.failpoint("after-merge")
         self.committed(primary, path, new_state)
         report.batches += 1

@@ -54,7 +54,25 @@ def test_key_changes_composite_and_uuid_keys(db: psycopg.Connection, syncer) -> 
         ("asia", 3), ("eu", 1), ("eu", 11), ("us", 2)]
 
 
-def test_every_listed_type_round_trips(db: psycopg.Connection, syncer) -> None:
+def driver_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Spy on the driver writer: one entry per batch whose rows it wrote (not left to Spark)."""
+    from pgcdc import driver_write
+
+    wrote: list[int] = []
+    real = driver_write.write
+
+    def spy(*args):
+        added = real(*args)
+        if added is not None:
+            wrote.append(len(added))
+        return added
+    monkeypatch.setattr(driver_write, "write", spy)
+    return wrote
+
+
+@pytest.mark.parametrize("small_batch_keys", [100_000, 1], ids=["driver writes the rows", "Spark writes the rows"])
+def test_every_listed_type_round_trips(db: psycopg.Connection, syncer, monkeypatch, small_batch_keys: int) -> None:
+    wrote = driver_writes(monkeypatch)
     db.execute("create type mood as enum ('sad', 'happy')")
     db.execute("""create table t (
         id int primary key, i2 smallint, i8 bigint, n numeric(12,3), big numeric, txt text, vc varchar(10),
@@ -68,8 +86,9 @@ def test_every_listed_type_round_trips(db: psycopg.Connection, syncer) -> None:
         '00000000-0000-0000-0000-00000000000a', '{"a": [1, 2.5, null]}', '{1,2,3}', '{"a b",NULL}',
         '\\x00ff10', 'happy', 1.5)""")
     db.execute("insert into t (id) values (2)")
-    syncer.run()
+    syncer.run(small_batch_keys=small_batch_keys)
     syncer.assert_equal("public.t")
+    assert wrote == ([1] if small_batch_keys > 1 else [])
     row = syncer.delta("public.t").where("id = 1").collect()[0]
     from datetime import date, datetime
     from decimal import Decimal
@@ -82,6 +101,38 @@ def test_every_listed_type_round_trips(db: psycopg.Connection, syncer) -> None:
     assert row.u == "00000000-0000-0000-0000-00000000000a" and row.m == "happy"
     assert row.j == '{"a": [1, 2.5, null]}'
     assert (row.ints, row.texts, bytes(row.raw), row.f) == ([1, 2, 3], ["a b", None], b"\x00\xff\x10", 1.5)
+
+
+def test_rows_the_driver_cannot_write_as_spark_would_go_to_spark(db: psycopg.Connection, syncer, monkeypatch) -> None:
+    """The driver writer steps aside for a float4 column (its text form read as a double
+    could round differently), a value psycopg has no Python type for (year 10000), and a
+    CHECK constraint on the Delta table (Delta's writer enforces it)."""
+    from pgcdc.errors import TargetError
+
+    wrote = driver_writes(monkeypatch)
+    db.execute("create table f4 (id int primary key, r real)")
+    db.execute("create table far (id int primary key, ts timestamp)")
+    db.execute("create table ok (id int primary key, v text)")
+    for name in ("f4", "far", "ok"):
+        capture.attach(db, name)
+    syncer.run()
+    db.execute("insert into f4 values (1, 1.1), (2, 3.4028235e38)")
+    db.execute("insert into far values (1, '10000-01-01 00:00:00'), (2, '2024-01-01')")
+    db.execute("insert into ok values (1, 'fine')")
+    syncer.run()
+    assert wrote == [1]  # only table ok
+    syncer.assert_equal("public.f4")
+    delta, pg = syncer.delta("public.far"), syncer.postgres("public.far")  # year 10000: no Python datetime
+    assert delta.count() == 2 and delta.exceptAll(pg).count() == 0 and pg.exceptAll(delta).count() == 0
+    syncer.assert_equal("public.ok")
+
+    syncer.spark.sql(f"alter table delta.`{syncer.path('public.ok')}` add constraint no_bad check (v <> 'bad')")
+    db.execute("insert into ok values (2, 'bad')")
+    before = syncer.commits("public.ok")
+    with pytest.raises(Exception, match="no_bad") as failed:
+        syncer.run(tables=["public.ok"])
+    assert not isinstance(failed.value, TargetError) and wrote == [1]
+    assert syncer.commits("public.ok") == before  # Delta's writer refused the row; nothing committed
 
 
 def test_long_transaction_strict_waits_out_of_order_does_not(db: psycopg.Connection, syncer, dsn: str,

@@ -73,3 +73,17 @@ def test_batch_partitions_grow_with_the_batch_up_to_the_setting(keys: int, expec
 def test_keys_fit_the_driver_path_only_when_held_as_integers_or_text(columns: list[Column], fits: bool) -> None:
     table = AttachedTable(1, "public.t", [c.name for c in columns], [c.type_sql for c in columns], None, None)
     assert keys_fit_driver(table, columns) is fits
+
+
+def test_driver_file_statistics_count_nulls_and_bound_integer_columns() -> None:
+    import json
+
+    import pyarrow as pa
+
+    from pgcdc.driver_write import stats
+
+    table = pa.table({"id": pa.array([3, 1, None], pa.int64()), "s": ["a", None, "b"],
+                      "l": pa.array([[1], None, [2]], pa.list_(pa.int32())), "n": pa.array([None] * 3, pa.int16())})
+    assert json.loads(stats(table)) == {
+        "numRecords": 3, "minValues": {"id": 1}, "maxValues": {"id": 3},
+        "nullCount": {"id": 1, "s": 1, "n": 3}, "tightBounds": True}
