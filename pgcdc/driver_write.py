@@ -21,14 +21,13 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from pgcdc.jvm import pylist
-
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
     from pyspark.sql.types import DataType, StructType
 
-# Table features under which a plain AddFile is a complete write (the commit adds the rest).
+# Writer features under which a plain AddFile is a complete write (the commit adds the rest);
+# tables with deletion vectors, which pgcdc needs, list their features (writer version 7).
 FEATURES = {"appendOnly", "invariants", "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck",
             "inCommitTimestamp", "checkpointProtection"}
 # Field metadata that makes Delta's writer compute or check values.
@@ -66,22 +65,23 @@ def arrow_rows(rows: list[tuple[Any, ...]], schema: "StructType") -> "pa.Table |
     return pa.Table.from_arrays(arrays, names=[f.name for f in schema.fields])
 
 
-def _fits(spark: "SparkSession", txn: Any, table: "pa.Table") -> bool:
-    """True if writing `table` as a plain file is all Delta's writer would do for this table."""
-    metadata = txn.metadata()
-    features = {f.name() for f in pylist(spark, txn.protocol().implicitlyAndExplicitlySupportedFeatures().toList())}
-    config = dict(spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(metadata.configuration()))
-    schema = json.loads(metadata.schema().json())
+def _fits(txn: Any, table: "pa.Table") -> bool:
+    """True if writing `table` as a plain file is all Delta's writer would do for this table.
+    (Read from the actions' JSON: two Py4J calls instead of ~100.)"""
+    protocol = json.loads(txn.protocol().json())["protocol"]
+    metadata = json.loads(txn.metadata().json())["metaData"]
+    config, fields = metadata.get("configuration", {}), json.loads(metadata["schemaString"])["fields"]
     uri = txn.deltaLog().dataPath().toUri()
-    if (features - FEATURES or metadata.partitionColumns().nonEmpty() or uri.getScheme() not in (None, "file")
+    if (protocol.get("minWriterVersion") != 7 or set(protocol.get("writerFeatures", [])) - FEATURES
+            or metadata.get("partitionColumns") or uri.getScheme() not in (None, "file")
             or any(k.startswith("delta.constraints.") for k in config)
             or config.get("delta.columnMapping.mode", "none") != "none"
-            or any(k.startswith(_WRITER_METADATA) for f in schema["fields"] for k in f.get("metadata", {}))):
+            or any(k.startswith(_WRITER_METADATA) for f in fields for k in f.get("metadata", {}))):
         return False
-    if sorted(f["name"] for f in schema["fields"]) != sorted(table.column_names):
+    if sorted(f["name"] for f in fields) != sorted(table.column_names):
         return False
     # NOT NULL columns (Delta's invariant): Spark's writer would refuse a null; leave that error to it
-    return all(table.column(f["name"]).null_count == 0 for f in schema["fields"] if not f["nullable"])
+    return all(table.column(f["name"]).null_count == 0 for f in fields if not f["nullable"])
 
 
 def stats(table: "pa.Table") -> str:
@@ -106,7 +106,7 @@ def write(spark: "SparkSession", txn: Any, table: "pa.Table") -> list[Any] | Non
     list, as txn.writeFiles returns them), or None where Spark's writer has to do it."""
     import pyarrow.parquet as pq
 
-    if not _fits(spark, txn, table):
+    if not _fits(txn, table):
         return None
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     local = os.path.join(txn.deltaLog().dataPath().toUri().getPath(), name)
