@@ -110,7 +110,10 @@ def write(spark: "SparkSession", txn: Any, table: "pa.Table") -> list[Any] | Non
         return None
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     local = os.path.join(txn.deltaLog().dataPath().toUri().getPath(), name)
-    pq.write_table(table, local, compression="snappy")
+    # Spark's version in the file's metadata, as Spark's writer puts it: readers then take its
+    # dates and timestamps as proleptic Gregorian (no calendar rebase), whatever their settings
+    spark_meta = {b"org.apache.spark.version": spark.version.encode()}
+    pq.write_table(table.replace_schema_metadata(spark_meta), local, compression="snappy")
     info = os.stat(local)
     add = {"add": {"path": name, "partitionValues": {}, "size": info.st_size,
                    "modificationTime": int(info.st_mtime * 1000) or int(time.time() * 1000),

@@ -86,8 +86,15 @@ def test_every_listed_type_round_trips(db: psycopg.Connection, syncer, monkeypat
         '00000000-0000-0000-0000-00000000000a', '{"a": [1, 2.5, null]}', '{1,2,3}', '{"a b",NULL}',
         '\\x00ff10', 'happy', 1.5)""")
     db.execute("insert into t (id) values (2)")
+    db.execute("insert into t (id, d, ts, tstz) values (3, '0900-03-01', '1200-06-15 10:00', '1500-01-01 00:00+00')")
     syncer.run(small_batch_keys=small_batch_keys)
     syncer.assert_equal("public.t")
+    # files the driver wrote read as Spark's do, whatever the reader's calendar rebase setting
+    syncer.spark.conf.set("spark.sql.parquet.datetimeRebaseModeInRead", "LEGACY")
+    try:
+        syncer.assert_equal("public.t")
+    finally:
+        syncer.spark.conf.unset("spark.sql.parquet.datetimeRebaseModeInRead")
     assert wrote == ([1] if small_batch_keys > 1 else [])
     row = syncer.delta("public.t").where("id = 1").collect()[0]
     from datetime import date, datetime
