@@ -212,21 +212,28 @@ def keys_fit_driver(t: AttachedTable, columns: list[Column]) -> bool:
     return not key.is_array and (key.base in DRIVER_KEY_TYPES or not key.native)
 
 
-def fetch_batch(conn: psycopg.Connection, t: AttachedTable, columns: list[Column],
-                batch: Batch) -> tuple[list[object], list[tuple[object, ...]] | None]:
+DRIVER_ROWS_BYTES = 64 * 1024 * 1024  # a batch's rows read into the driver: at most about this much (estimated)
+
+
+def fetch_batch(conn: psycopg.Connection, t: AttachedTable, columns: list[Column], batch: Batch,
+                with_rows: bool) -> tuple[list[object], list[tuple[object, ...]] | None]:
     """The batch's distinct keys (a one-column key, in the form the Delta table holds them)
-    and its live rows (values in column order), read into the driver in one query: only
-    for small batches (driver_marks, driver_write). The rows are None where psycopg has
-    no Python value for one (a date past year 9999, a timestamp 'infinity'): Spark reads them."""
+    and, `with_rows`, its live rows (values in column order), read into the driver in one
+    query: only for small batches (driver_marks, driver_write). The rows are None without
+    `with_rows` or where psycopg has no Python value for one (a date past year 9999, a
+    timestamp 'infinity'): Spark reads them."""
     key = _ident(KEY_PREFIX + t.key_columns[0])
     query = batch_query(t, columns, batch)
-    names = [c.name for c in columns]
-    try:
-        fetched = conn.execute(f"select {key}, {', '.join(_ident(n) for n in names)} from ({query}) q").fetchall()
-    except psycopg.DataError:
-        return [row[0] for row in conn.execute(f"select {key} from ({query}) q")], None
-    live = 1 + names.index(t.key_columns[0])  # the table's key column: null where the row is gone
-    return [row[0] for row in fetched], [row[1:] for row in fetched if row[live] is not None]
+    if with_rows:
+        names = [c.name for c in columns]
+        try:
+            fetched = conn.execute(f"select {key}, {', '.join(_ident(n) for n in names)} from ({query}) q").fetchall()
+        except psycopg.DataError:
+            pass
+        else:
+            live = 1 + names.index(t.key_columns[0])  # the table's key column: null where the row is gone
+            return [row[0] for row in fetched], [row[1:] for row in fetched if row[live] is not None]
+    return [row[0] for row in conn.execute(f"select {key} from ({query}) q")], None
 
 
 def read_batch(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],

@@ -136,8 +136,8 @@ class Job:
                                           max_events=s.ingest.max_events_per_batch,
                                           max_keys=s.ingest.max_keys_per_batch)
                 bounds = enrich.key_bounds(reader, t, batch) if batch and batch.events else None
-                rows = reader.execute("select reltuples from pg_class where oid = %s::regclass",
-                                      (t.name,)).fetchone()[0]
+                rows, table_bytes = reader.execute("select reltuples, pg_table_size(oid) from pg_class "
+                                                   "where oid = %s::regclass", (t.name,)).fetchone()
             start_txmin = snap.txmin if start_txmin is None else start_txmin
             if batch is None:
                 break
@@ -155,7 +155,9 @@ class Job:
                 # (written below) may move ahead: the events retention then drops are not this table's
                 state = replace(batch.next_state(state), batch=state.batch, run_id=state.run_id)
             else:
-                state = self.apply_batch(primary, reader, jdbc, t, columns, batch, bounds, state, path, report)
+                row_bytes = table_bytes / max(rows, 1)  # (reltuples is -1 before the first analyze)
+                state = self.apply_batch(primary, reader, jdbc, t, columns, batch, bounds, row_bytes, state, path,
+                                         report)
             if batch.caught_up or state.watermark >= start_txmin:
                 break
         return self.finish(primary, reader, state, path, report)
@@ -230,13 +232,17 @@ class Job:
 
     def apply_batch(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
                     t: AttachedTable, columns: list[enrich.Column], batch: events.Batch,
-                    bounds: tuple[int, int] | None, state: ConsumerState, path: str,
+                    bounds: tuple[int, int] | None, row_bytes: float, state: ConsumerState, path: str,
                     report: TableReport) -> ConsumerState:
+        """Apply one batch. A small one is read into the driver (its keys, and its rows if
+        they fit in memory by the table's average row size, `row_bytes`), which finds the
+        old rows and writes the new ones itself; a larger one is left to Spark."""
         s = self.settings.ingest
         partitions = enrich.batch_partitions(batch.keys, s.small_batch_keys, s.jdbc_partitions)
         batch_rows = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions)
         small = batch.keys <= s.small_batch_keys and not batch.truncate and enrich.keys_fit_driver(t, columns)
-        key_list, fetched = enrich.fetch_batch(reader, t, columns, batch) if small else (None, None)
+        with_rows = batch.keys * row_bytes <= enrich.DRIVER_ROWS_BYTES
+        key_list, fetched = enrich.fetch_batch(reader, t, columns, batch, with_rows) if small else (None, None)
         keys, rows = enrich.split(batch_rows, t.key_columns)  # each read pruned to what it needs
         target = self.spark.read.format("delta").load(path).schema
         added = apply.check_schema(target, rows.schema, path, t.name)

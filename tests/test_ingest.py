@@ -113,7 +113,9 @@ def test_every_listed_type_round_trips(db: psycopg.Connection, syncer, monkeypat
 def test_rows_the_driver_cannot_write_as_spark_would_go_to_spark(db: psycopg.Connection, syncer, monkeypatch) -> None:
     """The driver writer steps aside for a float4 column (its text form read as a double
     could round differently), a value psycopg has no Python type for (year 10000), and a
-    CHECK constraint on the Delta table (Delta's writer enforces it)."""
+    CHECK constraint on the Delta table (Delta's writer enforces it), and rows too large
+    for the driver's memory (by the table's average row size)."""
+    from pgcdc import enrich
     from pgcdc.errors import TargetError
 
     wrote = driver_writes(monkeypatch)
@@ -133,12 +135,21 @@ def test_rows_the_driver_cannot_write_as_spark_would_go_to_spark(db: psycopg.Con
     assert delta.count() == 2 and delta.exceptAll(pg).count() == 0 and pg.exceptAll(delta).count() == 0
     syncer.assert_equal("public.ok")
 
+    monkeypatch.setattr(enrich, "DRIVER_ROWS_BYTES", 1000)  # rows this wide would not fit: Spark reads them
+    db.execute("update ok set v = repeat('x', 2000)")
+    db.execute("analyze ok")
+    syncer.run(tables=["public.ok"])
+    assert wrote == [1]
+    syncer.assert_equal("public.ok")
+    monkeypatch.undo()
+    wrote = driver_writes(monkeypatch)
+
     syncer.spark.sql(f"alter table delta.`{syncer.path('public.ok')}` add constraint no_bad check (v <> 'bad')")
     db.execute("insert into ok values (2, 'bad')")
     before = syncer.commits("public.ok")
     with pytest.raises(Exception, match="no_bad") as failed:
         syncer.run(tables=["public.ok"])
-    assert not isinstance(failed.value, TargetError) and wrote == [1]
+    assert not isinstance(failed.value, TargetError) and wrote == []
     assert syncer.commits("public.ok") == before  # Delta's writer refused the row; nothing committed
 
 
