@@ -29,3 +29,36 @@ def test_jdbc_reads_postgres(spark, conn, dsn: str) -> None:
     df = spark.read.format("jdbc").options(**jdbc_options(dsn)).option("dbtable", "t").load()
     assert sorted((r.id, r.name, None if r.price is None else str(r.price)) for r in df.collect()) == [
         (1, "x", "1.50"), (2, "y", None)]
+
+
+def test_local_tables_keep_deltas_files_and_commit_rules_without_hadoop_side_files(spark, tmp_path: Path) -> None:
+    """LOCAL_FILES_CONF (pgcdc's sessions and spark-submit's properties file): Delta still
+    writes its commits and checksum files, refuses to write a version that exists, and
+    Hadoop writes no ".crc" side files next to them."""
+    import py4j.protocol
+    import pytest
+
+    from pgcdc.jvm import seq
+    from pgcdc.spark import LOCAL_FILES_CONF
+
+    conf_file = Path(__file__).parents[1] / "conf" / "spark-defaults.conf"
+    submitted = dict(line.split(None, 1) for line in conf_file.read_text().splitlines()
+                     if line.strip() and not line.startswith("#"))
+    assert {k: submitted.get(k, "").strip() for k in LOCAL_FILES_CONF} == LOCAL_FILES_CONF
+
+    path = tmp_path / "t"
+    spark.range(3).write.format("delta").save(str(path))
+    spark.range(3, 5).write.format("delta").mode("append").save(str(path))
+    log_files = sorted(p.name for p in (path / "_delta_log").iterdir())
+    assert log_files[:4] == ["00000000000000000000.crc", "00000000000000000000.json",
+                             "00000000000000000001.crc", "00000000000000000001.json"]
+    assert [p.name for p in path.rglob(".*.crc")] == []
+
+    log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path))
+    first = path / "_delta_log" / "00000000000000000001.json"
+    before = first.read_bytes()
+    with pytest.raises(py4j.protocol.Py4JJavaError, match="FileAlreadyExists"):
+        log.store().write(spark._jvm.org.apache.hadoop.fs.Path(str(first)), seq(spark, ["{}"]).iterator(), False,
+                          log.newDeltaHadoopConf())
+    assert first.read_bytes() == before
+    assert spark.read.format("delta").load(str(path)).count() == 5
