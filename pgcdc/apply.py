@@ -23,12 +23,14 @@ from pgcdc import driver_marks, driver_write, faults
 from pgcdc.deltalog import (files_overlapping, latest_snapshot, read_all_files, read_committed_version, renames_columns,
                             stored_rows)
 from pgcdc.errors import TargetError
-from pgcdc.jvm import none as jvm_none, optional, pylist, scala_map, seq, some as jvm_some
+from pgcdc.jvm import cls, none as jvm_none, optional, pylist, scala_map, seq, some as jvm_some
 from pgcdc.state import ConsumerState, app_id
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+
+    from pgcdc.enrich import BatchRead
     from pyspark.sql.types import StructType
 
 OWNER = "pgcdc.consumer"
@@ -104,8 +106,7 @@ def create_table(spark: "SparkSession", path: str, schema: "StructType", consume
     """
     from delta.tables import DeltaTable
 
-    jvm = spark._jvm
-    folder = jvm.org.apache.hadoop.fs.Path(path)
+    folder = cls(spark, "org.apache.hadoop.fs.Path")(path)
     fs = folder.getFileSystem(spark._jsc.hadoopConfiguration())
     if fs.exists(folder) and len(fs.listStatus(folder)) > 0:
         raise TargetError(f"{path} holds files but is not a Delta table; move them away or choose another "
@@ -178,28 +179,27 @@ def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: Consum
     return _last_commit(spark, path, state)
 
 
-def merge(spark: "SparkSession", path: str, keys: "DataFrame", rows: "DataFrame", state: ConsumerState,
-          truncate: bool, bounds: tuple[int, int] | None = None, key_list: list[Any] | None = None,
+def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerState, truncate: bool,
+          bounds: tuple[int, int] | None = None, key_list: list[Any] | None = None,
           local_rows: "pa.Table | None" = None) -> Written:
     """Apply one batch in one Delta commit that also carries the state.
 
-    Every Delta row whose key is in the batch (`keys`: the key columns) is marked deleted
-    with a deletion vector, and the batch's live rows (`rows`) are written as new files:
+    Every Delta row whose key is in the batch (`read.keys`) is marked deleted with a
+    deletion vector, and the batch's live rows (`read.rows`) are written as new files:
     update matched, insert new, delete gone, as a MERGE would, but with one join of the
     keys against the target's key column instead of Delta MERGE's three passes, and no
     unchanged row rewritten. After a TRUNCATE every row is marked deleted. `bounds`
     (lowest, highest key of a one-column integer key) lets Delta skip the files whose key
     range lies outside the batch. `key_list` (the same keys, of a small batch with a
     one-column key, read on the driver) lets the driver find the rows (driver_marks)
-    where its files are local; else Spark joins `keys` to the stored key column.
-    `local_rows` (the same as `rows`, read on the driver, with `key_list`) lets the driver
+    where its files are local; else Spark joins `read.keys` to the stored key column.
+    `local_rows` (the same as `read.rows`, read on the driver, with `key_list`) lets the driver
     write them (driver_write) instead of a Spark job.
     """
     from pyspark import StorageLevel
 
     started = time.monotonic()
-    delta = spark._jvm.org.apache.spark.sql.delta
-    txn = delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()
+    txn = cls(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path).startTransaction()
     if read_committed_version(txn, app_id(state.consumer)) >= state.batch:
         raise TargetError(f"batch {state.batch} of consumer {state.consumer} is already committed to {path}: "
                           "is a second ingest running elsewhere?")
@@ -211,31 +211,31 @@ def merge(spark: "SparkSession", path: str, keys: "DataFrame", rows: "DataFrame"
     # those files (OPTIMIZE elsewhere) makes this commit fail instead of resurrecting rows.
     files = pylist(spark, read_all_files(txn))
     if bounds is not None and not truncate:  # files whose key range misses the batch hold none of its keys
-        files = files_overlapping(files, keys.columns[0], *bounds)
+        files = files_overlapping(files, read.key_columns[0], *bounds)
     paths = None
     if key_list is not None and not truncate and not renames_columns(txn):
         paths = driver_marks.local_paths(txn, files)
     if paths is not None:
-        vectors = driver_marks.deletion_vectors(spark, txn, files, paths, keys.columns[0], key_list)
-        return _apply(spark, path, txn, files, vectors, len(key_list), rows, state, truncate, started, local_rows)
-    keys = keys.persist(StorageLevel.MEMORY_AND_DISK)  # read once from PostgreSQL: counted, then joined
+        vectors = driver_marks.deletion_vectors(spark, txn, files, paths, read.key_columns[0], key_list)
+        return _apply(spark, path, txn, files, vectors, len(key_list), read, state, truncate, started, local_rows)
+    keys = read.keys.persist(StorageLevel.MEMORY_AND_DISK)  # read once from PostgreSQL: counted, then joined
     try:
         num_keys = keys.count()
         vectors = _matched_rows(spark, txn, files, keys, num_keys, truncate, bounds)
-        return _apply(spark, path, txn, files, vectors, num_keys, rows, state, truncate, started)
+        return _apply(spark, path, txn, files, vectors, num_keys, read, state, truncate, started)
     finally:
         keys.unpersist()
 
 
 def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], vectors: Any, num_keys: int,
-           rows: "DataFrame", state: ConsumerState, truncate: bool, started: float,
+           read: "BatchRead", state: ConsumerState, truncate: bool, started: float,
            local_rows: "pa.Table | None" = None) -> Written:
     """Write the rows (from the driver where it can, see driver_write; else with Spark) and
     commit them with the deletion vectors (`vectors`, over `files`) and the state."""
     removals, dv_metrics = _mark_deleted(spark, txn, files, vectors)
     added = driver_write.write(spark, txn, local_rows) if local_rows is not None else None
     if added is None:
-        added = pylist(spark, txn.writeFiles(rows._jdf))
+        added = pylist(spark, txn.writeFiles(read.rows._jdf))
     upserted = sum(json.loads(a.stats()).get("numRecords", 0) for a in added if a.stats())
     _record_metrics(spark, txn, {
         "operationNumSourceRows": num_keys, "numOutputRows": upserted, "numTargetRowsCopied": 0,
@@ -256,7 +256,6 @@ def _matched_rows(spark: "SparkSession", txn: Any, files: list[Any], keys: "Data
     whose key is in `keys` (every row after a TRUNCATE), found by a Spark join."""
     from pyspark.sql import functions as F
 
-    jvm = spark._jvm
     if not files:
         return seq(spark, [])
     key_columns = keys.columns
@@ -269,17 +268,16 @@ def _matched_rows(spark: "SparkSession", txn: Any, files: list[Any], keys: "Data
     # key column); above, Spark shuffles both sides and no key set goes through the driver.
     matched = target if truncate else target.join(F.broadcast(keys) if num_keys <= BROADCAST_KEYS else keys,
                                                   on=key_columns)
-    return jvm.org.apache.spark.sql.delta.commands.DeletionVectorBitmapGenerator \
+    return cls(spark, "org.apache.spark.sql.delta.commands.DeletionVectorBitmapGenerator") \
         .buildRowIndexSetsForFilesMatchingCondition(
             spark._jsparkSession, txn, True, matched._jdf, seq(spark, files),
-            jvm.org.apache.spark.sql.catalyst.expressions.Literal.TrueLiteral(),
+            cls(spark, "org.apache.spark.sql.catalyst.expressions.Literal").TrueLiteral(),
             jvm_some(spark, F.col(_FILE)._jc), jvm_some(spark, F.col(_ROW)._jc))
 
 
 def _mark_deleted(spark: "SparkSession", txn: Any, files: list[Any], vectors: Any) -> tuple[list[Any], dict[str, int]]:
     """The file actions that put the new deletion vectors (over `files`) into the commit, and Delta's counts."""
-    jvm = spark._jvm
-    helper = jvm.org.apache.spark.sql.delta.commands.DMLWithDeletionVectorsHelper
+    helper = cls(spark, "org.apache.spark.sql.delta.commands.DMLWithDeletionVectorsHelper")
     candidates = helper.generateCandidateFileMap(txn.deltaLog().dataPath(), seq(spark, files))
     found = helper.findFilesWithMatchingRows(txn, candidates, vectors)
     touched = pylist(spark, found)
@@ -288,7 +286,7 @@ def _mark_deleted(spark: "SparkSession", txn: Any, files: list[Any], vectors: An
     result = helper.processUnmodifiedData(spark._jsparkSession, found, txn.snapshot())  # (actions, counts)
     actions, counts = result._1(), result._2()
     return pylist(spark, actions), {str(k): int(v) for k, v in
-                                    jvm.scala.jdk.javaapi.CollectionConverters.asJava(counts).items()}
+                                    cls(spark, "scala.jdk.javaapi.CollectionConverters").asJava(counts).items()}
 
 
 def _deletion_actions(spark: "SparkSession", touched: list[Any]) -> tuple[list[Any], dict[str, int]]:
@@ -301,7 +299,7 @@ def _deletion_actions(spark: "SparkSession", touched: list[Any]) -> tuple[list[A
     null counts may now cover deleted rows; a column that was null in every live row
     gets the file's physical row count as null count, so it still reads as all-null.
     """
-    from_json = spark._jvm.org.apache.spark.sql.delta.actions.Action.fromJson
+    from_json = cls(spark, "org.apache.spark.sql.delta.actions.Action").fromJson
     now = int(time.time() * 1000)
     actions: list[Any] = []
     counts = dict.fromkeys(["numModifiedRows", "numRemovedFiles", "numDeletionVectorsAdded",
@@ -340,7 +338,7 @@ def _wide_stats(stats: str, deleted_before: int) -> str:
 
 def _record_metrics(spark: "SparkSession", txn: Any, metrics: dict[str, int]) -> None:
     """Operation metrics of the commit, shown by DESCRIBE HISTORY like a MERGE's."""
-    create = spark._jvm.org.apache.spark.sql.execution.metric.SQLMetrics.createMetric
+    create = cls(spark, "org.apache.spark.sql.execution.metric.SQLMetrics").createMetric
     registered = {}
     for name, value in metrics.items():
         registered[name] = create(spark._jsc.sc(), name)
@@ -350,11 +348,10 @@ def _record_metrics(spark: "SparkSession", txn: Any, metrics: dict[str, int]) ->
 
 def _commit(spark: "SparkSession", path: str, txn: Any, actions: list[Any], state: ConsumerState) -> int:
     """Commit the file actions with the consumer's txn mark and state, as a MERGE; the new version."""
-    jvm = spark._jvm
-    delta = jvm.org.apache.spark.sql.delta
-    mark = delta.actions.SetTransaction(app_id(state.consumer), state.batch,
-                                        jvm_some(spark, jvm.java.lang.Long.valueOf(int(time.time() * 1000))))
-    operation = getattr(delta, "DeltaOperations$Merge")(*[jvm_none(spark)] * 4, *[seq(spark, [])] * 3)
+    mark = cls(spark, "org.apache.spark.sql.delta.actions.SetTransaction")(
+        app_id(state.consumer), state.batch, jvm_some(spark, cls(spark, "java.lang.Long").valueOf(int(time.time() * 1000))))
+    operation = cls(spark, "org.apache.spark.sql.delta.DeltaOperations$Merge")(*[jvm_none(spark)] * 4,
+                                                                             *[seq(spark, [])] * 3)
     faults.failpoint("before-commit")
     try:
         with state_commit(spark, state):  # its userMetadata goes into this commit's commitInfo

@@ -14,17 +14,25 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from pgcdc.jvm import none, optional, seq
+from pgcdc.jvm import cls, none, optional, seq
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 
 def latest_snapshot(spark: "SparkSession", path: str) -> Any:
     """The Delta table's newest snapshot (version -1 where there is no table): one listing of
     the log, no Spark job."""
-    log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    log = cls(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path)
     return log.update(False, none(spark), none(spark))
+
+
+def table_schema(spark: "SparkSession", path: str) -> "StructType":
+    """The Delta table's columns and types, from its newest snapshot (no read relation planned)."""
+    from pyspark.sql.types import StructType
+
+    return StructType.fromJson(json.loads(latest_snapshot(spark, path).schema().json()))
 
 
 def _checksum_field(snapshot: Any, name: str) -> Any | None:

@@ -21,7 +21,7 @@ import struct
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from pgcdc.jvm import none, seq, some
+from pgcdc.jvm import cls, none, seq, some
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -100,9 +100,8 @@ def deletion_vectors(spark: "SparkSession", txn: Any, files: list[Any], paths: l
                      keys: list[Any]) -> Any:
     """Deletion vectors (a Scala Seq of Delta's DeletionVectorResult, written to storage)
     over every row of `files` whose `column` is in `keys`; files without such a row are left out."""
-    jvm = spark._jvm
-    delta = jvm.org.apache.spark.sql.delta
-    vector_data, spark_path = delta.commands.DeletionVectorData, jvm.org.apache.spark.paths.SparkPath
+    vector_data = cls(spark, "org.apache.spark.sql.delta.commands.DeletionVectorData")
+    spark_path = cls(spark, "org.apache.spark.paths.SparkPath")
     log = txn.deltaLog()
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # pyarrow reads and matches outside the GIL
         found = list(pool.map(lambda path: _positions(path, column, keys), paths))
@@ -116,7 +115,7 @@ def deletion_vectors(spark: "SparkSession", txn: Any, files: list[Any], paths: l
                                 portable_bitmap(positions), len(positions)))
     if not data:
         return seq(spark, [])
-    store = delta.commands.DeletionVectorWriter.createMapperToStoreDeletionVectors(
+    store = cls(spark, "org.apache.spark.sql.delta.commands.DeletionVectorWriter").createMapperToStoreDeletionVectors(
         spark._jsparkSession, log.newDeltaHadoopConf(), log.dataPath(),
-        delta.util.Utils.getRandomPrefixLength(txn.metadata()))
+        cls(spark, "org.apache.spark.sql.delta.util.Utils").getRandomPrefixLength(txn.metadata()))
     return store.apply(seq(spark, data).iterator()).toList()  # strict: every vector written now

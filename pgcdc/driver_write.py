@@ -21,6 +21,8 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from pgcdc.jvm import cls
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
@@ -118,4 +120,4 @@ def write(spark: "SparkSession", txn: Any, table: "pa.Table") -> list[Any] | Non
     add = {"add": {"path": name, "partitionValues": {}, "size": info.st_size,
                    "modificationTime": int(info.st_mtime * 1000) or int(time.time() * 1000),
                    "dataChange": True, "stats": stats(table)}}
-    return [spark._jvm.org.apache.spark.sql.delta.actions.Action.fromJson(json.dumps(add))]
+    return [cls(spark, "org.apache.spark.sql.delta.actions.Action").fromJson(json.dumps(add))]

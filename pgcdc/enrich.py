@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -129,19 +130,40 @@ def shares(t: AttachedTable, partitions: int) -> list[str]:
     return [f"((hash_record(row({refs})) % {n}) + {n}) % {n} = {p}" for p in range(n)]
 
 
-def split(batch_rows: "DataFrame", key_columns: list[str]) -> tuple["DataFrame", "DataFrame"]:
-    """batch_query's result as (the keys, under the key columns' names; the live rows).
+@dataclass
+class BatchRead:
+    """A batch's keys with their current rows (batch_query over JDBC, in shares): the rows'
+    schema, and the keys and the live rows as DataFrames, each planned only when asked for
+    (~10 ms each): a small batch applied from the driver needs the schema alone.
 
-    Each is read on its own, and Spark pushes its columns and filter into the query: the
-    keys read selects no row column, so PostgreSQL drops the join (the table's side is
-    unique on the key); the rows read asks for a non-null key, which makes it an inner
-    join."""
-    from pyspark.sql import functions as F
+    Each DataFrame is read on its own, and Spark pushes its columns and filter into the
+    query: the keys read selects no row column, so PostgreSQL drops the join (the table's
+    side is unique on the key); the rows read asks for a non-null key, which makes it an
+    inner join."""
 
-    keys = batch_rows.select(*[F.col(f"`{KEY_PREFIX + k}`").alias(k) for k in key_columns])
-    rows = batch_rows.where(F.col(f"`{key_columns[0]}`").isNotNull()) \
-        .select(*[f"`{c}`" for c in batch_rows.columns if not c.startswith(KEY_PREFIX)])
-    return keys, rows
+    frame: "DataFrame"
+    key_columns: list[str]
+
+    @cached_property
+    def schema(self) -> "StructType":
+        from pyspark.sql.types import StructType
+
+        return StructType([f for f in self.frame.schema.fields if not f.name.startswith(KEY_PREFIX)])
+
+    @cached_property
+    def keys(self) -> "DataFrame":
+        """The batch's keys, under the key columns' names."""
+        from pyspark.sql import functions as F
+
+        return self.frame.select(*[F.col(f"`{KEY_PREFIX + k}`").alias(k) for k in self.key_columns])
+
+    @cached_property
+    def rows(self) -> "DataFrame":
+        """The batch's live rows."""
+        from pyspark.sql import functions as F
+
+        return self.frame.where(F.col(f"`{self.key_columns[0]}`").isNotNull()).select(
+            *[f"`{f.name}`" for f in self.schema.fields])
 
 
 def copy_query(t: AttachedTable, columns: list[Column], lo_page: int, hi_page: int | None) -> str:
@@ -237,11 +259,12 @@ def fetch_batch(conn: psycopg.Connection, t: AttachedTable, columns: list[Column
 
 
 def read_batch(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],
-               batch: Batch, partitions: int) -> "DataFrame":
+               batch: Batch, partitions: int) -> BatchRead:
     """The batch's keys with their current rows (batch_query), read in `partitions` shares."""
     url, props = _props(jdbc)
-    return spark.read.jdbc(url, f"({batch_query(t, columns, batch)}) pgcdc_q", predicates=shares(t, partitions),
-                           properties=props)
+    frame = spark.read.jdbc(url, f"({batch_query(t, columns, batch)}) pgcdc_q", predicates=shares(t, partitions),
+                            properties=props)
+    return BatchRead(frame, list(t.key_columns))
 
 
 def read_table(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],

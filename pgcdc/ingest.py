@@ -17,6 +17,7 @@ import psycopg
 from pgcdc import apply, capture, driver_write, enrich, events, faults
 from pgcdc.capture import AttachedTable
 from pgcdc.db import connect, jdbc_options
+from pgcdc.deltalog import table_schema
 from pgcdc.errors import BusyError, TableError, TargetError
 from pgcdc.settings import Settings
 from pgcdc.state import (ConsumerState, TxidSet, committed_batch, load_state, mirror_state, read_state_file,
@@ -239,20 +240,18 @@ class Job:
         old rows and writes the new ones itself; a larger one is left to Spark."""
         s = self.settings.ingest
         partitions = enrich.batch_partitions(batch.keys, s.small_batch_keys, s.jdbc_partitions)
-        batch_rows = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions)
+        read = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions)
         small = batch.keys <= s.small_batch_keys and not batch.truncate and enrich.keys_fit_driver(t, columns)
         with_rows = batch.keys * row_bytes <= enrich.DRIVER_ROWS_BYTES
         key_list, fetched = enrich.fetch_batch(reader, t, columns, batch, with_rows) if small else (None, None)
-        keys, rows = enrich.split(batch_rows, t.key_columns)  # each read pruned to what it needs
-        target = self.spark.read.format("delta").load(path).schema
-        added = apply.check_schema(target, rows.schema, path, t.name)
+        added = apply.check_schema(table_schema(self.spark, path), read.schema, path, t.name)
         if added:
-            apply.add_columns(self.spark, path, rows.schema, added)
+            apply.add_columns(self.spark, path, read.schema, added)
             self.say(f"{t.name}: new column(s) {', '.join(added)} added to {path}")
         new_state = batch.next_state(state)
         faults.failpoint("before-merge")
-        local_rows = driver_write.arrow_rows(fetched, rows.schema) if fetched is not None else None
-        written = apply.merge(self.spark, path, keys, rows, new_state, batch.truncate, bounds, key_list, local_rows)
+        local_rows = driver_write.arrow_rows(fetched, read.schema) if fetched is not None else None
+        written = apply.merge(self.spark, path, read, new_state, batch.truncate, bounds, key_list, local_rows)
         faults.failpoint("after-merge")
         self.committed(primary, path, new_state)
         report.batches += 1

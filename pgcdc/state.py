@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from pgcdc.errors import TargetError
 from pgcdc.deltalog import committed_version, latest_snapshot
+from pgcdc.jvm import cls
 
 if TYPE_CHECKING:
     import psycopg
@@ -131,8 +132,7 @@ def committed_batch(spark: "SparkSession", path: str, consumer: str) -> int | No
 
 
 def _state_file(spark: "SparkSession", path: str, consumer: str):
-    jvm = spark._jvm
-    file = jvm.org.apache.hadoop.fs.Path(f"{path.rstrip('/')}/_pgcdc/{consumer}.json")
+    file = cls(spark, "org.apache.hadoop.fs.Path")(f"{path.rstrip('/')}/_pgcdc/{consumer}.json")
     return file, file.getFileSystem(spark._jsc.hadoopConfiguration())
 
 
@@ -156,7 +156,7 @@ def read_state_file(spark: "SparkSession", path: str, consumer: str) -> Consumer
             return None
         stream = fs.open(file)
         try:
-            text = spark._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+            text = cls(spark, "org.apache.commons.io.IOUtils").toString(stream, "UTF-8")
         finally:
             stream.close()
     except Py4JJavaError:  # e.g. a checksum error after a hand edit
