@@ -79,7 +79,7 @@ def main() -> None:
                 return Job(settings.model_copy(update={"ingest": settings.ingest.model_copy(
                     update={"recopy_fraction": recopy_fraction})}), spark, say=say)
             apply_only, recopy_always = forced(0), forced(1e-9)
-            jdbc = jdbc_options(pg.dsn())
+            jdbc = jdbc_options(conn)
             url = jdbc.pop("url")
             props = jdbc | {"fetchsize": "10000"}
 

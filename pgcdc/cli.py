@@ -175,7 +175,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     settings = _settings(args)
     with connect(settings.source.dsn) as conn:
         tables = select_tables(conn, args.tables or settings.tables)
-        results = verify(get_session(settings.spark), conn, jdbc_options(settings.source.dsn),
+        results = verify(get_session(settings.spark), conn, jdbc_options(conn),
                          settings.target.root, tables)
     for r in results:
         print(r.line())

@@ -34,21 +34,20 @@ def scrub(text: str, dsn: str) -> str:
     return text.replace(str(password), "****") if password else text
 
 
-def jdbc_options(dsn: SecretStr | str, *, role: str = "source.dsn") -> dict[str, str]:
-    """Spark JDBC options for the server a DSN reaches.
+def jdbc_options(conn: psycopg.Connection) -> dict[str, str]:
+    """Spark JDBC options for the server and database `conn` is connected to.
 
     The values are those libpq actually used (so ~/.pgpass and PG* variables work for
     Spark too); the password travels as an option, never inside the URL.
     """
-    with connect(dsn, role=role) as conn:
-        info = conn.info
-        host = info.host if not info.host.startswith("/") else "localhost"
-        params = info.get_parameters()
-        url = f"jdbc:postgresql://{host}:{info.port}/{params['dbname']}"
-        sslmode = params.get("sslmode")
-        if sslmode and sslmode not in ("disable", "prefer", "allow"):
-            url += f"?sslmode={sslmode}"
-        options = {"url": url, "driver": "org.postgresql.Driver", "user": params["user"]}
-        if info.password:
-            options["password"] = info.password
-        return options
+    info = conn.info
+    host = info.host if not info.host.startswith("/") else "localhost"
+    params = info.get_parameters()
+    url = f"jdbc:postgresql://{host}:{info.port}/{params['dbname']}"
+    sslmode = params.get("sslmode")
+    if sslmode and sslmode not in ("disable", "prefer", "allow"):
+        url += f"?sslmode={sslmode}"
+    options = {"url": url, "driver": "org.postgresql.Driver", "user": params["user"]}
+    if info.password:
+        options["password"] = info.password
+    return options

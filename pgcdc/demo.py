@@ -83,7 +83,7 @@ def run_demo(lake: Path = Path(".demo/lake")) -> None:
             say("ingest #2 (only the changed keys are read and applied)")
             run(settings, spark, say=lambda line: say("  " + line))
 
-            results = verify(spark, conn, jdbc_options(pg.dsn()), settings.target.root,
+            results = verify(spark, conn, jdbc_options(conn), settings.target.root,
                              select_tables(conn, []))
             for r in results:
                 say(r.line())

@@ -93,7 +93,7 @@ class Job:
             capture.require_schema(primary)
             self.lock(primary)
             tables = select_tables(primary, names)
-            yield (primary, reader, tables, jdbc_options(self.reader_dsn, role=self.reader_role),
+            yield (primary, reader, tables, jdbc_options(reader),
                    system_id(reader))
 
     def run(self) -> list[TableReport]:

@@ -18,9 +18,12 @@ file if it holds that batch, else from the commitInfo of that commit.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 from pgcdc.errors import TargetError
 from pgcdc.deltalog import committed_version, latest_snapshot
@@ -131,13 +134,29 @@ def committed_batch(spark: "SparkSession", path: str, consumer: str) -> int | No
     return version if version >= 0 else None
 
 
+def _local_file(path: str, consumer: str) -> Path | None:
+    """The state file of a table in a local folder (plain path or file:// URI); None elsewhere."""
+    if "://" in path and not path.startswith("file://"):
+        return None
+    folder = Path(urlparse(path).path if path.startswith("file://") else path)
+    return folder / "_pgcdc" / f"{consumer}.json"
+
+
 def _state_file(spark: "SparkSession", path: str, consumer: str):
     file = cls(spark, "org.apache.hadoop.fs.Path")(f"{path.rstrip('/')}/_pgcdc/{consumer}.json")
     return file, file.getFileSystem(spark._jsc.hadoopConfiguration())
 
 
 def write_state_file(spark: "SparkSession", path: str, state: ConsumerState) -> None:
-    """Copy the committed state next to the table (via Hadoop FS, so object stores work too)."""
+    """Copy the committed state next to the table: in a local folder written whole and renamed
+    into place (no Py4J, no helper process); elsewhere through Hadoop's file system."""
+    local = _local_file(path, state.consumer)
+    if local is not None:
+        local.parent.mkdir(parents=True, exist_ok=True)
+        staged = local.with_name(f".{local.name}.{uuid.uuid4().hex}.tmp")
+        staged.write_text(state.to_json(), encoding="utf-8")
+        os.replace(staged, local)
+        return
     file, fs = _state_file(spark, path, state.consumer)
     out = fs.create(file, True)
     try:
@@ -150,6 +169,12 @@ def read_state_file(spark: "SparkSession", path: str, consumer: str) -> Consumer
     """The state copy next to the table; None if absent or unreadable (the commit history then serves)."""
     from py4j.protocol import Py4JJavaError
 
+    local = _local_file(path, consumer)
+    if local is not None:
+        try:
+            return ConsumerState.from_json(local.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            return None
     file, fs = _state_file(spark, path, consumer)
     try:
         if not fs.exists(file):

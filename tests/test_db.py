@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pgcdc.db import connect
+from pgcdc.db import connect, jdbc_options
 from pgcdc.errors import SourceError
 from pgcdc.localpg import free_port
 
@@ -16,6 +16,18 @@ from pgcdc.localpg import free_port
 def test_connects_to_the_test_server(dsn: str) -> None:
     with connect(dsn) as conn:
         assert conn.execute("select current_setting('server_version_num')::int").fetchone()[0] >= 130000
+
+
+def test_jdbc_options_reach_the_connected_database_with_the_password_outside_the_url(dsn: str) -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    with connect(dsn) as conn:
+        options = jdbc_options(conn)
+        expected = conninfo_to_dict(dsn)
+        assert options["url"] == (f"jdbc:postgresql://{conn.info.host}:{conn.info.port}/"
+                                  f"{conn.info.get_parameters()['dbname']}")
+        assert options["user"] == expected["user"] and options["password"] == expected["password"]
+        assert expected["password"] not in options["url"]
 
 
 def test_wrong_password_is_a_clear_error_without_the_password(pg_server, dsn: str) -> None:

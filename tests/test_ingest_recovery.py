@@ -119,6 +119,27 @@ def test_state_file_lost_is_rebuilt_from_the_commit(db: psycopg.Connection, sync
     syncer.assert_equal("public.t")
 
 
+@pytest.mark.parametrize("route", ["local folder", "Hadoop file system"])
+def test_state_file_is_replaced_whole_and_a_damaged_one_reads_as_missing(spark, tmp_path: Path, monkeypatch,
+                                                                         route: str) -> None:
+    from pgcdc import state
+    from pgcdc.state import ConsumerState, TxidSet, read_state_file, write_state_file
+
+    if route == "Hadoop file system":  # the way to object stores, here over file://
+        monkeypatch.setattr(state, "_local_file", lambda path, consumer: None)
+    path = f"file://{tmp_path}/t"
+    first = ConsumerState("c", "public.t", 7, "42", 100).next(120, TxidSet.of([(125, 126)]))
+    assert read_state_file(spark, path, "c") is None
+    write_state_file(spark, path, first)
+    assert read_state_file(spark, path, "c") == first
+    second = first.next(130, TxidSet())
+    write_state_file(spark, path, second)
+    assert read_state_file(spark, path, "c") == second and read_state_file(spark, path, "other") is None
+    assert sorted(p.name for p in (tmp_path / "t" / "_pgcdc").iterdir() if not p.name.endswith(".crc")) == ["c.json"]
+    (tmp_path / "t" / "_pgcdc" / "c.json").write_text(second.to_json()[:40])  # as a crash mid-write would leave it
+    assert read_state_file(spark, path, "c") is None
+
+
 def test_target_of_another_consumer_or_not_pgcdc_is_refused(db: psycopg.Connection, syncer) -> None:
     db.execute("create table t (id int primary key)")
     capture.attach(db, "t")

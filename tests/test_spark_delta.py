@@ -26,7 +26,7 @@ def test_delta_write_merge_read(spark, tmp_path: Path) -> None:
 def test_jdbc_reads_postgres(spark, conn, dsn: str) -> None:
     conn.execute("create table t (id int primary key, name text, price numeric(10,2))")
     conn.execute("insert into t values (1, 'x', 1.50), (2, 'y', null)")
-    df = spark.read.format("jdbc").options(**jdbc_options(dsn)).option("dbtable", "t").load()
+    df = spark.read.format("jdbc").options(**jdbc_options(conn)).option("dbtable", "t").load()
     assert sorted((r.id, r.name, None if r.price is None else str(r.price)) for r in df.collect()) == [
         (1, "x", "1.50"), (2, "y", None)]
 
