@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -216,8 +217,11 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
     if key_list is not None and not truncate and not renames_columns(txn):
         paths = driver_marks.local_paths(txn, files)
     if paths is not None:
-        vectors = driver_marks.deletion_vectors(spark, txn, files, paths, read.key_columns[0], key_list)
-        return _apply(spark, path, txn, files, vectors, len(key_list), read, state, truncate, started, local_rows)
+        with ThreadPoolExecutor(max_workers=1) as pool:  # pyarrow writes the rows while the old ones are found
+            writing = pool.submit(driver_write.write, spark, txn, local_rows) if local_rows is not None else None
+            vectors = driver_marks.deletion_vectors(spark, txn, files, paths, read.key_columns[0], key_list)
+            added = writing.result() if writing is not None else None
+        return _apply(spark, path, txn, files, vectors, len(key_list), read, state, truncate, started, added)
     keys = read.keys.persist(StorageLevel.MEMORY_AND_DISK)  # read once from PostgreSQL: counted, then joined
     try:
         num_keys = keys.count()
@@ -229,11 +233,10 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
 
 def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], vectors: Any, num_keys: int,
            read: "BatchRead", state: ConsumerState, truncate: bool, started: float,
-           local_rows: "pa.Table | None" = None) -> Written:
-    """Write the rows (from the driver where it can, see driver_write; else with Spark) and
-    commit them with the deletion vectors (`vectors`, over `files`) and the state."""
+           added: list[Any] | None = None) -> Written:
+    """Commit the rows' new files (`added`, written by the driver; if None, Spark writes them
+    now) with the deletion vectors (`vectors`, over `files`) and the state."""
     removals, dv_metrics = _mark_deleted(spark, txn, files, vectors)
-    added = driver_write.write(spark, txn, local_rows) if local_rows is not None else None
     if added is None:
         added = pylist(spark, txn.writeFiles(read.rows._jdf))
     upserted = sum(json.loads(a.stats()).get("numRecords", 0) for a in added if a.stats())

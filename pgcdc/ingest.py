@@ -8,6 +8,7 @@ same consumer exclude each other through an advisory lock on the primary.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -240,10 +241,12 @@ class Job:
         old rows and writes the new ones itself; a larger one is left to Spark."""
         s = self.settings.ingest
         partitions = enrich.batch_partitions(batch.keys, s.small_batch_keys, s.jdbc_partitions)
-        read = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions)
         small = batch.keys <= s.small_batch_keys and not batch.truncate and enrich.keys_fit_driver(t, columns)
         with_rows = batch.keys * row_bytes <= enrich.DRIVER_ROWS_BYTES
-        key_list, fetched = enrich.fetch_batch(reader, t, columns, batch, with_rows) if small else (None, None)
+        with ThreadPoolExecutor(max_workers=1) as pool:  # Spark asks PostgreSQL for the schema meanwhile (~20 ms)
+            planned = pool.submit(enrich.read_batch, self.spark, jdbc, t, columns, batch, partitions)
+            key_list, fetched = enrich.fetch_batch(reader, t, columns, batch, with_rows) if small else (None, None)
+            read = planned.result()
         added = apply.check_schema(table_schema(self.spark, path), read.schema, path, t.name)
         if added:
             apply.add_columns(self.spark, path, read.schema, added)
