@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait
 from contextlib import contextmanager
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +24,7 @@ from pgcdc import driver_marks, driver_write, faults
 from pgcdc.deltalog import (files_overlapping, latest_snapshot, read_all_files, read_committed_version, renames_columns,
                             stored_rows)
 from pgcdc.errors import TargetError
-from pgcdc.jvm import cls, none as jvm_none, optional, pylist, scala_map, seq, some as jvm_some
+from pgcdc.jvm import background, cls, none as jvm_none, optional, pylist, scala_map, seq, some as jvm_some
 from pgcdc.state import ConsumerState, app_id
 
 if TYPE_CHECKING:
@@ -217,10 +217,13 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
     if key_list is not None and not truncate and not renames_columns(txn):
         paths = driver_marks.local_paths(txn, files)
     if paths is not None:
-        with ThreadPoolExecutor(max_workers=1) as pool:  # pyarrow writes the rows while the old ones are found
-            writing = pool.submit(driver_write.write, spark, txn, local_rows) if local_rows is not None else None
+        # pyarrow writes the rows while the old ones are found
+        writing = [background(driver_write.write, spark, txn, local_rows)] if local_rows is not None else []
+        try:
             vectors = driver_marks.deletion_vectors(spark, txn, files, paths, read.key_columns[0], key_list)
-            added = writing.result() if writing is not None else None
+        finally:
+            wait(writing)  # (a failure here must not leave it running behind the next step)
+        added = writing[0].result() if writing else None
         return _apply(spark, path, txn, files, vectors, len(key_list), read, state, truncate, started, added)
     keys = read.keys.persist(StorageLevel.MEMORY_AND_DISK)  # read once from PostgreSQL: counted, then joined
     try:

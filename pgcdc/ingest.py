@@ -8,7 +8,7 @@ same consumer exclude each other through an advisory lock on the primary.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -19,6 +19,7 @@ from pgcdc import apply, capture, driver_write, enrich, events, faults
 from pgcdc.capture import AttachedTable
 from pgcdc.db import connect, jdbc_options
 from pgcdc.deltalog import table_schema
+from pgcdc.jvm import background
 from pgcdc.errors import BusyError, TableError, TargetError
 from pgcdc.settings import Settings
 from pgcdc.state import (ConsumerState, TxidSet, committed_batch, load_state, mirror_state, read_state_file,
@@ -243,10 +244,12 @@ class Job:
         partitions = enrich.batch_partitions(batch.keys, s.small_batch_keys, s.jdbc_partitions)
         small = batch.keys <= s.small_batch_keys and not batch.truncate and enrich.keys_fit_driver(t, columns)
         with_rows = batch.keys * row_bytes <= enrich.DRIVER_ROWS_BYTES
-        with ThreadPoolExecutor(max_workers=1) as pool:  # Spark asks PostgreSQL for the schema meanwhile (~20 ms)
-            planned = pool.submit(enrich.read_batch, self.spark, jdbc, t, columns, batch, partitions)
+        planned = background(enrich.read_batch, self.spark, jdbc, t, columns, batch, partitions)
+        try:  # Spark asks PostgreSQL for the batch's schema (~20 ms) while psycopg reads the rows
             key_list, fetched = enrich.fetch_batch(reader, t, columns, batch, with_rows) if small else (None, None)
-            read = planned.result()
+        finally:
+            wait([planned])  # (a failure here must not leave it running behind the next step)
+        read = planned.result()
         added = apply.check_schema(table_schema(self.spark, path), read.schema, path, t.name)
         if added:
             apply.add_columns(self.spark, path, read.schema, added)

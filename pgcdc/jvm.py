@@ -4,6 +4,8 @@ changes them fails here, loudly."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -59,3 +61,14 @@ def scala_map(spark: "SparkSession", entries: dict[str, Any]) -> Any:
     for key, value in entries.items():
         result = result.updated(key, value)
     return result
+
+
+# Each Python thread that calls the JVM gets a JVM thread of its own, which PySpark does
+# not end with the Python thread (measured: +3.5 JVM threads per batch with a new pool per
+# batch). Work that calls the JVM beside the main thread runs on this one thread instead.
+_BACKGROUND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgcdc-background")
+
+
+def background(fn: Callable[..., Any], *args: Any) -> Future:
+    """Run fn(*args) on pgcdc's one background thread, while the caller goes on."""
+    return _BACKGROUND.submit(fn, *args)
