@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from concurrent.futures import wait
 from contextlib import contextmanager
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,15 +23,15 @@ from pgcdc import driver_marks, driver_write, faults
 from pgcdc.deltalog import (files_overlapping, latest_snapshot, read_all_files, read_committed_version, renames_columns,
                             stored_rows)
 from pgcdc.errors import TargetError
-from pgcdc.jvm import background, cls, none as jvm_none, optional, pylist, scala_map, seq, some as jvm_some
+from pgcdc.jvm import alongside, cls, none as jvm_none, optional, pylist, scala_map, seq, some as jvm_some
 from pgcdc.state import ConsumerState, app_id
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from pgcdc.enrich import BatchRead
-    from pyspark.sql.types import StructType
 
 OWNER = "pgcdc.consumer"
 SOURCE = "pgcdc.source"
@@ -217,13 +216,9 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
     if key_list is not None and not truncate and not renames_columns(txn):
         paths = driver_marks.local_paths(txn, files)
     if paths is not None:
-        # pyarrow writes the rows while the old ones are found
-        writing = [background(driver_write.write, spark, txn, local_rows)] if local_rows is not None else []
-        try:
-            vectors = driver_marks.deletion_vectors(spark, txn, files, paths, read.key_columns[0], key_list)
-        finally:
-            wait(writing)  # (a failure here must not leave it running behind the next step)
-        added = writing[0].result() if writing else None
+        added, vectors = alongside(  # pyarrow writes the rows while the old ones are found
+            lambda: driver_write.write(spark, txn, local_rows) if local_rows is not None else None,
+            lambda: driver_marks.deletion_vectors(spark, txn, files, paths, read.key_columns[0], key_list))
         return _apply(spark, path, txn, files, vectors, len(key_list), read, state, truncate, started, added)
     keys = read.keys.persist(StorageLevel.MEMORY_AND_DISK)  # read once from PostgreSQL: counted, then joined
     try:

@@ -8,7 +8,6 @@ same consumer exclude each other through an advisory lock on the primary.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from concurrent.futures import wait
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -19,7 +18,7 @@ from pgcdc import apply, capture, driver_write, enrich, events, faults
 from pgcdc.capture import AttachedTable
 from pgcdc.db import connect, jdbc_options
 from pgcdc.deltalog import table_schema
-from pgcdc.jvm import background
+from pgcdc.jvm import alongside
 from pgcdc.errors import BusyError, TableError, TargetError
 from pgcdc.settings import Settings
 from pgcdc.state import (ConsumerState, TxidSet, committed_batch, load_state, mirror_state, read_state_file,
@@ -244,12 +243,10 @@ class Job:
         partitions = enrich.batch_partitions(batch.keys, s.small_batch_keys, s.jdbc_partitions)
         small = batch.keys <= s.small_batch_keys and not batch.truncate and enrich.keys_fit_driver(t, columns)
         with_rows = batch.keys * row_bytes <= enrich.DRIVER_ROWS_BYTES
-        planned = background(enrich.read_batch, self.spark, jdbc, t, columns, batch, partitions)
-        try:  # Spark asks PostgreSQL for the batch's schema (~20 ms) while psycopg reads the rows
-            key_list, fetched = enrich.fetch_batch(reader, t, columns, batch, with_rows) if small else (None, None)
-        finally:
-            wait([planned])  # (a failure here must not leave it running behind the next step)
-        read = planned.result()
+        # Spark asks PostgreSQL for the batch's schema (~20 ms) while psycopg reads the rows
+        read, (key_list, fetched) = alongside(
+            lambda: enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions),
+            lambda: enrich.fetch_batch(reader, t, columns, batch, with_rows) if small else (None, None))
         added = apply.check_schema(table_schema(self.spark, path), read.schema, path, t.name)
         if added:
             apply.add_columns(self.spark, path, read.schema, added)

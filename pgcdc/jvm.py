@@ -5,12 +5,15 @@ changes them fails here, loudly."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+T = TypeVar("T")
+U = TypeVar("U")
 
 
 def cls(spark: "SparkSession", name: str) -> Any:
@@ -69,6 +72,13 @@ def scala_map(spark: "SparkSession", entries: dict[str, Any]) -> Any:
 _BACKGROUND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgcdc-background")
 
 
-def background(fn: Callable[..., Any], *args: Any) -> Future:
-    """Run fn(*args) on pgcdc's one background thread, while the caller goes on."""
-    return _BACKGROUND.submit(fn, *args)
+def alongside(there: Callable[[], T], here: Callable[[], U]) -> tuple[T, U]:
+    """Run `there` on pgcdc's one background thread while `here` runs on this one; both
+    results. A failure of either propagates only once both have ended, so no step is left
+    running behind the next one."""
+    future = _BACKGROUND.submit(there)
+    try:
+        result = here()
+    finally:
+        wait([future])
+    return future.result(), result
