@@ -4,9 +4,10 @@ on the driver, without a Spark job.
 For a batch of a few thousand keys, Spark's way (a broadcast of the keys, a scan joined
 to them, an aggregation of row positions into bitmaps per file, a job writing the
 vectors) costs ~0.5-1 s in job set-up, whatever the batch's size. Here the driver reads
-the key column of each candidate file with pyarrow, takes the positions of the batch's
-keys, and hands them to Delta's own deletion-vector writer (merged with a file's
-existing vector, stored in one new file). The result is what Spark's way returns, and
+the key column of each candidate file with pyarrow (from the file's key index once
+there is one, see key_index.py), takes the positions of the batch's keys, and hands
+them to Delta's own deletion-vector writer (merged with a file's existing vector,
+stored in one new file). The result is what Spark's way returns, and
 takes the same path to the commit.
 
 Only where that is as exact as the Spark path: a one-column key held as integers or
@@ -21,6 +22,7 @@ import struct
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from pgcdc import key_index
 from pgcdc.jvm import cls, none, seq, some
 
 if TYPE_CHECKING:
@@ -38,14 +40,13 @@ def local_paths(txn: Any, files: list[Any]) -> list[str] | None:
     return paths
 
 
-def _positions(path: str, column: str, keys: list[Any]) -> list[int]:
+def _positions(table_dir: str, path: str, column: str, keys: list[Any]) -> list[int]:
     """The row positions (ascending) in the Parquet file whose `column` value is one of
     `keys` (every physical row counts, deleted ones included, as Delta's row index does)."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
-    stored = pq.read_table(path, columns=[column]).column(0)
+    stored = key_index.key_column(table_dir, path, column)
     if not (pa.types.is_integer(stored.type) or pa.types.is_string(stored.type)
             or pa.types.is_large_string(stored.type)):
         raise TypeError(f"{path}: key column {column} is stored as {stored.type}, not as integers or text")
@@ -103,8 +104,9 @@ def deletion_vectors(spark: "SparkSession", txn: Any, files: list[Any], paths: l
     vector_data = cls(spark, "org.apache.spark.sql.delta.commands.DeletionVectorData")
     spark_path = cls(spark, "org.apache.spark.paths.SparkPath")
     log = txn.deltaLog()
+    table_dir = log.dataPath().toUri().getPath()
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # pyarrow reads and matches outside the GIL
-        found = list(pool.map(lambda path: _positions(path, column, keys), paths))
+        found = list(pool.map(lambda path: _positions(table_dir, path, column, keys), paths))
     data = []
     for add, positions in zip(files, found):
         if not positions:

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from pgcdc import apply, capture, driver_write, enrich, events, faults
+from pgcdc import apply, capture, driver_write, enrich, events, faults, key_index
 from pgcdc.capture import AttachedTable
 from pgcdc.db import connect, jdbc_options
 from pgcdc.deltalog import table_schema
 from pgcdc.jvm import alongside
 from pgcdc.errors import BusyError, TableError, TargetError
 from pgcdc.settings import Settings
-from pgcdc.state import (ConsumerState, TxidSet, committed_batch, load_state, mirror_state, read_state_file,
-                         write_state_file)
+from pgcdc.state import (ConsumerState, TxidSet, committed_batch, load_state, local_folder, mirror_state,
+                         read_state_file, write_state_file)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -166,8 +166,12 @@ class Job:
 
     def finish(self, primary: psycopg.Connection, reader: psycopg.Connection, state: ConsumerState, path: str,
                report: TableReport) -> TableReport:
-        """Mirror the state (also tells `pgcdc status` this run happened) and report."""
+        """Mirror the state (also tells `pgcdc status` this run happened), drop the key
+        indexes of data files VACUUM deleted, and report."""
         mirror_state(primary, state, path)
+        folder = local_folder(path)
+        if folder is not None:
+            key_index.prune(str(folder))
         report.watermark = state.watermark
         report.pending_events = self.pending(reader, state)
         self.say(report.line())

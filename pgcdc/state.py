@@ -134,12 +134,17 @@ def committed_batch(spark: "SparkSession", path: str, consumer: str) -> int | No
     return version if version >= 0 else None
 
 
-def _local_file(path: str, consumer: str) -> Path | None:
-    """The state file of a table in a local folder (plain path or file:// URI); None elsewhere."""
+def local_folder(path: str) -> Path | None:
+    """The folder of a table on the local file system (plain path or file:// URI); None elsewhere."""
     if "://" in path and not path.startswith("file://"):
         return None
-    folder = Path(urlparse(path).path if path.startswith("file://") else path)
-    return folder / "_pgcdc" / f"{consumer}.json"
+    return Path(urlparse(path).path if path.startswith("file://") else path)
+
+
+def _local_file(path: str, consumer: str) -> Path | None:
+    """The state file of a table in a local folder; None elsewhere."""
+    folder = local_folder(path)
+    return folder / "_pgcdc" / f"{consumer}.json" if folder is not None else None
 
 
 def _state_file(spark: "SparkSession", path: str, consumer: str):

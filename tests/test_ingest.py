@@ -370,3 +370,58 @@ def test_batches_mark_old_rows_deleted_and_write_only_the_changed_rows(db: psyco
     syncer.assert_equal("public.t")
     assert syncer.delta("public.t").count() == 0
     assert len(on_driver) == (3 if small_batch_keys > 1 else 0)
+
+
+def test_key_index_serves_later_batches_only_while_it_matches_its_data_file(db: psycopg.Connection, syncer,
+                                                                            monkeypatch) -> None:
+    """The driver path keeps each data file's key column beside the table (key_index): made
+    when a batch first reads the file, used by later batches, not used once it does not
+    match the file, and deleted once VACUUM deleted the file."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+    import pyarrow.parquet as pq
+
+    parquet_reads: list[str] = []
+    real_read = pq.read_table
+    monkeypatch.setattr(pq, "read_table", lambda path, *a, **k: parquet_reads.append(Path(path).name)
+                        or real_read(path, *a, **k))
+    db.execute("create table t (id int primary key, v text)")
+    db.execute("insert into t select i, 'x' from generate_series(1, 300) i")
+    capture.attach(db, "t")
+    syncer.run()
+    keys_dir = Path(syncer.path("public.t"), "_pgcdc", "keys")
+
+    def change(ids: str) -> set[str]:
+        """Update the rows, ingest, compare; the names of the data files read from Parquet."""
+        parquet_reads.clear()
+        db.execute(f"update t set v = v || '.' where id in ({ids})")
+        syncer.run()
+        syncer.assert_equal("public.t")
+        return set(parquet_reads)
+
+    copied = change("1, 2, 3")  # the copied file(s) holding them: read, and indexed
+    assert copied and {p.name for p in keys_dir.iterdir()} == {f"{name}.arrow" for name in copied}
+    assert change("4, 5") == set()  # the same files again: from their index
+
+    # An index that does not match its file (here: its modification time one nanosecond
+    # off, as if made from another file) is not used: with it, the batch would mark the
+    # rows at the reversed keys' positions deleted, and leave the old versions of its own.
+    index = keys_dir / f"{sorted(copied)[0]}.arrow"
+    stored = ipc.open_file(pa.memory_map(str(index))).read_all()
+    meta = dict(stored.schema.metadata)
+    meta[b"pgcdc.file_mtime_ns"] = str(int(meta[b"pgcdc.file_mtime_ns"]) + 1).encode()
+    reversed_keys = pa.array(stored.column(0).to_pylist()[::-1], stored.column(0).type)
+    with ipc.new_file(str(index), stored.schema.with_metadata(meta)) as writer:
+        writer.write_table(pa.table({"id": reversed_keys}).replace_schema_metadata(meta))
+    assert sorted(copied)[0] in change("6, 7")  # read from Parquet again, index made again
+    assert change("8, 9") == set()
+
+    spark, path = syncer.spark, syncer.path("public.t")
+    spark.sql(f"optimize delta.`{path}`")
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    spark.sql(f"vacuum delta.`{path}` retain 0 hours")
+    assert all(not Path(path, p.name[:-len(".arrow")]).exists() for p in keys_dir.iterdir())
+    syncer.run()  # nothing to apply; the indexes of the deleted files go
+    assert list(keys_dir.iterdir()) == []
+    compacted = change("10")  # the compacted file: read and indexed
+    assert len(compacted) == 1 and [p.name for p in keys_dir.iterdir()] == [f"{compacted.pop()}.arrow"]

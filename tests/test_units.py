@@ -1,6 +1,8 @@
-"""Pure functions: txid sets, state transitions, batch filters, target paths."""
+"""Pure functions: txid sets, state transitions, batch filters, target paths; the key index on plain files."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -87,3 +89,42 @@ def test_driver_file_statistics_count_nulls_and_bound_integer_columns() -> None:
     assert json.loads(stats(table)) == {
         "numRecords": 3, "minValues": {"id": 1}, "maxValues": {"id": 3},
         "nullCount": {"id": 1, "s": 1, "n": 3}, "tightBounds": True}
+
+
+def test_key_index_reads_like_the_parquet_file_and_is_made_again_when_damaged(tmp_path, monkeypatch) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pgcdc import key_index
+
+    table_dir = tmp_path / "t"
+    table_dir.mkdir()
+    data = str(table_dir / "part-1.parquet")
+    pq.write_table(pa.table({"id": pa.array([5, 3, 9], pa.int64()), "v": ["a", "b", "c"]}), data)
+    reads: list[str] = []
+    real_read = pq.read_table
+    monkeypatch.setattr(pq, "read_table", lambda path, *a, **k: reads.append(path) or real_read(path, *a, **k))
+
+    assert key_index.key_column(str(table_dir), data, "id").to_pylist() == [5, 3, 9]  # file order
+    index = key_index.index_path(str(table_dir), data)
+    assert reads == [data] and index == str(table_dir / "_pgcdc" / "keys" / "part-1.parquet.arrow")
+    assert key_index.key_column(str(table_dir), data, "id").to_pylist() == [5, 3, 9]
+    assert reads == [data]  # the second time from the index
+    assert key_index.key_column(str(table_dir), data, "v").to_pylist() == ["a", "b", "c"]  # another column: not it
+    assert len(reads) == 2
+    with open(index, "r+b") as damaged:  # as a crash or a full disk elsewhere would leave it
+        damaged.truncate(20)
+    assert key_index.key_column(str(table_dir), data, "v").to_pylist() == ["a", "b", "c"]
+    assert key_index.key_column(str(table_dir), data, "v").to_pylist() == ["a", "b", "c"]
+    assert len(reads) == 3  # made again, then used
+
+    outside = str(tmp_path / "elsewhere.parquet")  # (a Delta table may list absolute paths)
+    pq.write_table(pa.table({"id": [1]}), outside)
+    assert key_index.index_path(str(table_dir), outside) is None
+    assert key_index.key_column(str(table_dir), outside, "id").to_pylist() == [1]
+
+    Path(index + ".abc.tmp").write_bytes(b"left by a crash")
+    assert key_index.prune(str(table_dir)) == 1 and Path(index).exists()  # the leftover only
+    Path(data).unlink()  # VACUUM
+    assert key_index.prune(str(table_dir)) == 1 and not Path(index).exists()
+    assert key_index.prune(str(tmp_path / "nothing here")) == 0
