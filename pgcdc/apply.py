@@ -13,7 +13,7 @@ import json
 import re
 import time
 from contextlib import contextmanager
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -181,7 +181,7 @@ def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: Consum
 
 def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerState, truncate: bool,
           bounds: tuple[int, int] | None = None, key_list: list[Any] | None = None,
-          local_rows: "pa.Table | None" = None) -> Written:
+          local_rows: "Callable[[], pa.Table | None] | None" = None) -> Written:
     """Apply one batch in one Delta commit that also carries the state.
 
     Every Delta row whose key is in the batch (`read.keys`) is marked deleted with a
@@ -193,8 +193,8 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
     range lies outside the batch. `key_list` (the same keys, of a small batch with a
     one-column key, read on the driver) lets the driver find the rows (driver_marks)
     where its files are local; else Spark joins `read.keys` to the stored key column.
-    `local_rows` (the same as `read.rows`, read on the driver, with `key_list`) lets the driver
-    write them (driver_write) instead of a Spark job.
+    `local_rows` (gives the same as `read.rows`, read on the driver, with `key_list`) lets the
+    driver write them (driver_write) instead of a Spark job; where it gives None, Spark writes.
     """
     from pyspark import StorageLevel
 
@@ -217,7 +217,7 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
         paths = driver_marks.local_paths(txn, files)
     if paths is not None:
         added, vectors = alongside(  # pyarrow writes the rows while the old ones are found
-            lambda: driver_write.write(spark, txn, local_rows) if local_rows is not None else None,
+            lambda: _write_on_driver(spark, txn, local_rows),
             lambda: driver_marks.deletion_vectors(spark, txn, files, paths, read.key_columns[0], key_list))
         return _apply(spark, path, txn, files, vectors, len(key_list), read, state, truncate, started, added)
     keys = read.keys.persist(StorageLevel.MEMORY_AND_DISK)  # read once from PostgreSQL: counted, then joined
@@ -227,6 +227,13 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
         return _apply(spark, path, txn, files, vectors, num_keys, read, state, truncate, started)
     finally:
         keys.unpersist()
+
+
+def _write_on_driver(spark: "SparkSession", txn: Any,
+                     local_rows: "Callable[[], pa.Table | None] | None") -> list[Any] | None:
+    """The AddFile of the rows written by the driver; None where Spark has to write them."""
+    table = local_rows() if local_rows is not None else None
+    return driver_write.write(spark, txn, table) if table is not None else None
 
 
 def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], vectors: Any, num_keys: int,

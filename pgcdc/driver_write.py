@@ -51,13 +51,14 @@ def _supported(dt: "DataType") -> bool:
     return _scalar(dt.elementType) if isinstance(dt, ArrayType) else _scalar(dt)
 
 
-def arrow_rows(rows: list[tuple[Any, ...]], schema: "StructType") -> "pa.Table | None":
+def arrow_rows(rows: list[tuple[Any, ...]] | None, schema: "StructType") -> "pa.Table | None":
     """The rows (values in `schema`'s column order) as an Arrow table of `schema`'s types;
-    None if a column's type is not supported or a value does not convert."""
+    None if there are none to convert (None), a column's type is not supported or a value
+    does not convert."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_type
 
-    if not all(_supported(f.dataType) for f in schema.fields):
+    if rows is None or not all(_supported(f.dataType) for f in schema.fields):
         return None
     values = list(zip(*rows)) if rows else [()] * len(schema.fields)
     try:

@@ -237,25 +237,33 @@ def keys_fit_driver(t: AttachedTable, columns: list[Column]) -> bool:
 DRIVER_ROWS_BYTES = 64 * 1024 * 1024  # a batch's rows read into the driver: at most about this much (estimated)
 
 
-def fetch_batch(conn: psycopg.Connection, t: AttachedTable, columns: list[Column], batch: Batch,
-                with_rows: bool) -> tuple[list[object], list[tuple[object, ...]] | None]:
-    """The batch's distinct keys (a one-column key, in the form the Delta table holds them)
-    and, `with_rows`, its live rows (values in column order), read into the driver in one
-    query: only for small batches (driver_marks, driver_write). The rows are None without
-    `with_rows` or where psycopg has no Python value for one (a date past year 9999, a
-    timestamp 'infinity'): Spark reads them."""
+def fetch_keys(conn: psycopg.Connection, t: AttachedTable, columns: list[Column], batch: Batch) -> list[object]:
+    """The batch's distinct keys (a one-column key, in the form the Delta table holds them),
+    read into the driver: only for small batches (driver_marks). PostgreSQL drops the
+    join to the table: the queue alone answers."""
     key = _ident(KEY_PREFIX + t.key_columns[0])
-    query = batch_query(t, columns, batch)
-    if with_rows:
-        names = [c.name for c in columns]
-        try:
-            fetched = conn.execute(f"select {key}, {', '.join(_ident(n) for n in names)} from ({query}) q").fetchall()
-        except psycopg.DataError:
-            pass
-        else:
-            live = 1 + names.index(t.key_columns[0])  # the table's key column: null where the row is gone
-            return [row[0] for row in fetched], [row[1:] for row in fetched if row[live] is not None]
-    return [row[0] for row in conn.execute(f"select {key} from ({query}) q")], None
+    return [row[0] for row in conn.execute(f"select {key} from ({batch_query(t, columns, batch)}) q")]
+
+
+def fetch_rows(conn: psycopg.Connection, t: AttachedTable, columns: list[Column],
+               keys: list[object]) -> list[tuple[object, ...]] | None:
+    """The live rows (values in column order) of `keys` (from fetch_keys), read into the
+    driver (driver_write); each row once, and only rows of these keys, so the batch never
+    adds a row whose old version it did not mark deleted. None where psycopg has no Python
+    value for one (a date past year 9999, a timestamp 'infinity'): Spark reads them."""
+    key = next(c for c in columns if c.name == t.key_columns[0])
+    # the keys come back in the table's type the way the queue's keys are decoded
+    decoded = _decode_key(t, "k.k")[0]
+    predicate = f" and ({t.predicate})" if t.predicate else ""
+    def text(part: str) -> str:  # names may hold "%", which the query's one parameter makes special
+        return part.replace("%", "%%")
+    query = (text(f"select {_select_list(columns, 't', t.key_columns)} from {t.name} t where t.{_ident(key.name)} = "
+                  f"any(array(select {decoded} from unnest(") + "%s"
+             + text(f"::text[]) k(k))){predicate}"))
+    try:
+        return conn.execute(query, ([str(k) for k in keys],)).fetchall()
+    except psycopg.DataError:
+        return None
 
 
 def read_batch(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],

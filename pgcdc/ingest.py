@@ -8,6 +8,7 @@ same consumer exclude each other through an advisory lock on the primary.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import wait
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -18,7 +19,7 @@ from pgcdc import apply, capture, driver_write, enrich, events, faults, key_inde
 from pgcdc.capture import AttachedTable
 from pgcdc.db import connect, jdbc_options
 from pgcdc.deltalog import table_schema
-from pgcdc.jvm import alongside
+from pgcdc.jvm import in_background
 from pgcdc.errors import BusyError, TableError, TargetError
 from pgcdc.settings import Settings
 from pgcdc.state import (ConsumerState, TxidSet, committed_batch, load_state, local_folder, mirror_state,
@@ -246,19 +247,24 @@ class Job:
         s = self.settings.ingest
         partitions = enrich.batch_partitions(batch.keys, s.small_batch_keys, s.jdbc_partitions)
         small = batch.keys <= s.small_batch_keys and not batch.truncate and enrich.keys_fit_driver(t, columns)
-        with_rows = batch.keys * row_bytes <= enrich.DRIVER_ROWS_BYTES
-        # Spark asks PostgreSQL for the batch's schema (~20 ms) while psycopg reads the rows
-        read, (key_list, fetched) = alongside(
-            lambda: enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions),
-            lambda: enrich.fetch_batch(reader, t, columns, batch, with_rows) if small else (None, None))
-        added = apply.check_schema(table_schema(self.spark, path), read.schema, path, t.name)
-        if added:
-            apply.add_columns(self.spark, path, read.schema, added)
-            self.say(f"{t.name}: new column(s) {', '.join(added)} added to {path}")
-        new_state = batch.next_state(state)
-        faults.failpoint("before-merge")
-        local_rows = driver_write.arrow_rows(fetched, read.schema) if fetched is not None else None
-        written = apply.merge(self.spark, path, read, new_state, batch.truncate, bounds, key_list, local_rows)
+        key_list = enrich.fetch_keys(reader, t, columns, batch) if small else None
+        # PostgreSQL looks the rows up while Spark resolves the batch's JDBC schema and the
+        # driver finds the old rows; the rows are needed last, to be written
+        rows = in_background(lambda: enrich.fetch_rows(reader, t, columns, key_list)) \
+            if key_list is not None and batch.keys * row_bytes <= enrich.DRIVER_ROWS_BYTES else None
+        try:
+            read = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions)
+            added = apply.check_schema(table_schema(self.spark, path), read.schema, path, t.name)
+            if added:
+                apply.add_columns(self.spark, path, read.schema, added)
+                self.say(f"{t.name}: new column(s) {', '.join(added)} added to {path}")
+            new_state = batch.next_state(state)
+            faults.failpoint("before-merge")
+            local_rows = (lambda: driver_write.arrow_rows(rows.result(), read.schema)) if rows is not None else None
+            written = apply.merge(self.spark, path, read, new_state, batch.truncate, bounds, key_list, local_rows)
+        finally:
+            if rows is not None:
+                wait([rows])  # the reader connection is free again before anything else uses it
         faults.failpoint("after-merge")
         self.committed(primary, path, new_state)
         report.batches += 1

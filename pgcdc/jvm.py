@@ -5,7 +5,7 @@ changes them fails here, loudly."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -72,11 +72,16 @@ def scala_map(spark: "SparkSession", entries: dict[str, Any]) -> Any:
 _BACKGROUND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgcdc-background")
 
 
+def in_background(work: Callable[[], T]) -> "Future[T]":
+    """Start `work` on pgcdc's one background thread (after the work started there before it)."""
+    return _BACKGROUND.submit(work)
+
+
 def alongside(there: Callable[[], T], here: Callable[[], U]) -> tuple[T, U]:
     """Run `there` on pgcdc's one background thread while `here` runs on this one; both
     results. A failure of either propagates only once both have ended, so no step is left
     running behind the next one."""
-    future = _BACKGROUND.submit(there)
+    future = in_background(there)
     try:
         result = here()
     finally:

@@ -299,6 +299,11 @@ def test_equal_keys_in_different_text_forms_merge_as_one(db: psycopg.Connection,
     syncer.assert_equal("public.n")
     syncer.assert_equal("public.ts")
     assert [r.v for r in syncer.delta("public.n").collect()] == ["b"]
+    db.execute("update n set v = 'c'")  # the driver path finds the row of key '1' (stored as 1.00)
+    db.execute("insert into n values (2.50, 'd')")
+    syncer.run()
+    syncer.assert_equal("public.n")
+    assert sorted((r.k, r.v) for r in syncer.delta("public.n").collect()) == [("1", "c"), ("2.5", "d")]
 
 
 def test_batch_changing_much_of_the_table_is_applied_by_a_copy(db: psycopg.Connection, syncer) -> None:
