@@ -217,7 +217,7 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
         paths = driver_marks.local_paths(txn, files)
     if paths is not None:
         added, vectors = alongside(  # pyarrow writes the rows while the old ones are found
-            lambda: _write_on_driver(spark, txn, local_rows),
+            lambda: _write_on_driver(spark, txn, local_rows, read.key_columns[0]),
             lambda: driver_marks.deletion_vectors(spark, txn, files, paths, read.key_columns[0], key_list))
         return _apply(spark, path, txn, files, vectors, len(key_list), read, state, truncate, started, added)
     keys = read.keys.persist(StorageLevel.MEMORY_AND_DISK)  # read once from PostgreSQL: counted, then joined
@@ -229,11 +229,11 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
         keys.unpersist()
 
 
-def _write_on_driver(spark: "SparkSession", txn: Any,
-                     local_rows: "Callable[[], pa.Table | None] | None") -> list[Any] | None:
+def _write_on_driver(spark: "SparkSession", txn: Any, local_rows: "Callable[[], pa.Table | None] | None",
+                     key_column: str) -> list[Any] | None:
     """The AddFile of the rows written by the driver; None where Spark has to write them."""
     table = local_rows() if local_rows is not None else None
-    return driver_write.write(spark, txn, table) if table is not None else None
+    return driver_write.write(spark, txn, table, key_column) if table is not None else None
 
 
 def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], vectors: Any, num_keys: int,

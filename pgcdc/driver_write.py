@@ -21,6 +21,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from pgcdc import key_index
 from pgcdc.jvm import cls
 
 if TYPE_CHECKING:
@@ -104,19 +105,22 @@ def stats(table: "pa.Table") -> str:
                        "tightBounds": True}, separators=(",", ":"))
 
 
-def write(spark: "SparkSession", txn: Any, table: "pa.Table") -> list[Any] | None:
-    """Write `table` into the transaction's table as one Parquet file; its AddFile (in a
-    list, as txn.writeFiles returns them), or None where Spark's writer has to do it."""
+def write(spark: "SparkSession", txn: Any, table: "pa.Table", key_column: str) -> list[Any] | None:
+    """Write `table` into the transaction's table as one Parquet file, and its key index
+    (key_index.py, of `key_column`); its AddFile (in a list, as txn.writeFiles returns
+    them), or None where Spark's writer has to do it."""
     import pyarrow.parquet as pq
 
     if not _fits(txn, table):
         return None
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-    local = os.path.join(txn.deltaLog().dataPath().toUri().getPath(), name)
+    table_dir = txn.deltaLog().dataPath().toUri().getPath()
+    local = os.path.join(table_dir, name)
     # Spark's version in the file's metadata, as Spark's writer puts it: readers then take its
     # dates and timestamps as proleptic Gregorian (no calendar rebase), whatever their settings
     spark_meta = {b"org.apache.spark.version": spark.version.encode()}
     pq.write_table(table.replace_schema_metadata(spark_meta), local, compression="snappy")
+    key_index.remember(table_dir, local, key_column, table.column(key_column))
     info = os.stat(local)
     add = {"add": {"path": name, "partitionValues": {}, "size": info.st_size,
                    "modificationTime": int(info.st_mtime * 1000) or int(time.time() * 1000),

@@ -6,7 +6,8 @@ batch: most of the ~0.2 s a 10k batch spread over a 5M-row table spends there (2
 The same column stored once as an uncompressed Arrow file is memory-mapped instead,
 and only searched.
 
-A copy is made the first time a batch reads a file's key column, as
+A copy is made when the driver writes a file, or the first time a batch reads a
+file's key column, as
 <table>/_pgcdc/keys/<file name>.arrow (VACUUM leaves folders starting with "_" alone),
 written whole under a temporary name and renamed into place. It is used only while it
 matches the data file it was made from (the file's size and modification time, and
@@ -61,9 +62,18 @@ def key_column(table_dir: str, data_file: str, column: str) -> "pa.ChunkedArray"
         except (pa.ArrowException, OSError):
             pass  # unreadable (e.g. a disk full while it was written elsewhere): made again below
     keys = pq.read_table(data_file, columns=[column]).column(0)
-    if index is not None:
-        _store(index, pa.table({column: keys}).replace_schema_metadata(identity))
+    remember(table_dir, data_file, column, keys)
     return keys
+
+
+def remember(table_dir: str, data_file: str, column: str, keys: "pa.Array | pa.ChunkedArray") -> None:
+    """Make the key index of `data_file` from its `column` (every row, in file order): after
+    reading the column from the file, or right after writing the file (driver_write)."""
+    import pyarrow as pa
+
+    index = index_path(table_dir, data_file)
+    if index is not None:
+        _store(index, pa.table({column: keys}).replace_schema_metadata(_identity(data_file, column)))
 
 
 def _store(index: str, table: "pa.Table") -> None:
