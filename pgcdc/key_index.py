@@ -23,10 +23,12 @@ import uuid
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
+from pgcdc import state
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
-FOLDER = os.path.join("_pgcdc", "keys")
+FOLDER = os.path.join(state.FOLDER, "keys")
 _SUFFIX = ".arrow"
 
 

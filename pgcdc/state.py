@@ -29,6 +29,9 @@ from pgcdc.errors import TargetError
 from pgcdc.deltalog import committed_version, latest_snapshot
 from pgcdc.jvm import cls
 
+# pgcdc's own files beside a table's data (state copies, key indexes): VACUUM leaves "_" folders alone
+FOLDER = "_pgcdc"
+
 if TYPE_CHECKING:
     import psycopg
     from pyspark.sql import SparkSession
@@ -144,11 +147,11 @@ def local_folder(path: str) -> Path | None:
 def _local_file(path: str, consumer: str) -> Path | None:
     """The state file of a table in a local folder; None elsewhere."""
     folder = local_folder(path)
-    return folder / "_pgcdc" / f"{consumer}.json" if folder is not None else None
+    return folder / FOLDER / f"{consumer}.json" if folder is not None else None
 
 
 def _state_file(spark: "SparkSession", path: str, consumer: str):
-    file = cls(spark, "org.apache.hadoop.fs.Path")(f"{path.rstrip('/')}/_pgcdc/{consumer}.json")
+    file = cls(spark, "org.apache.hadoop.fs.Path")(f"{path.rstrip('/')}/{FOLDER}/{consumer}.json")
     return file, file.getFileSystem(spark._jsc.hadoopConfiguration())
 
 
