@@ -93,6 +93,11 @@ def state_commit(spark: "SparkSession", state: ConsumerState) -> Iterator[None]:
             spark.conf.unset(key)
 
 
+def is_local(path: str) -> bool:
+    """True for a table on the local file system (a plain path or a file: URI)."""
+    return "://" not in path or path.startswith("file:")
+
+
 def is_delta(spark: "SparkSession", path: str) -> bool:
     from delta.tables import DeltaTable
 
@@ -180,7 +185,7 @@ def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: Consum
 
 
 def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerState, truncate: bool,
-          bounds: tuple[int, int] | None = None, key_list: list[Any] | None = None,
+          bounds: tuple[int, int] | None = None, keys: "Callable[[], pa.Array] | None" = None,
           local_rows: "Callable[[], pa.Table | None] | None" = None) -> Written:
     """Apply one batch in one Delta commit that also carries the state.
 
@@ -190,11 +195,11 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
     keys against the target's key column instead of Delta MERGE's three passes, and no
     unchanged row rewritten. After a TRUNCATE every row is marked deleted. `bounds`
     (lowest, highest key of a one-column integer key) lets Delta skip the files whose key
-    range lies outside the batch. `key_list` (the same keys, of a small batch with a
-    one-column key, read on the driver) lets the driver find the rows (driver_marks)
-    where its files are local; else Spark joins `read.keys` to the stored key column.
-    `local_rows` (gives the same as `read.rows`, read on the driver, with `key_list`) lets the
-    driver write them (driver_write) instead of a Spark job; where it gives None, Spark writes.
+    range lies outside the batch. `keys` (gives the same keys, of a batch with a one-column
+    key, read into the driver) lets the driver find the rows (driver_marks, its own key
+    bounds) while Spark writes `read.rows`; else Spark joins `read.keys` to the stored key
+    column. `local_rows` (gives the same as `read.rows`, read on the driver, with `keys`)
+    lets the driver write them too (driver_write); where it gives None, Spark writes.
     """
     from pyspark import StorageLevel
 
@@ -210,30 +215,45 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
     # Reading the whole file list records it in the transaction: a concurrent rewrite of
     # those files (OPTIMIZE elsewhere) makes this commit fail instead of resurrecting rows.
     files = pylist(spark, read_all_files(txn))
+    if keys is not None and not truncate and not renames_columns(txn):
+        added, (files, vectors, num_keys) = alongside(  # the rows are written while the old ones are found
+            lambda: _write_rows(spark, txn, read, local_rows),
+            lambda: _found_on_driver(spark, txn, files, read, keys()))
+        return _apply(spark, path, txn, files, vectors, num_keys, read, state, truncate, started, added)
     if bounds is not None and not truncate:  # files whose key range misses the batch hold none of its keys
         files = files_overlapping(files, read.key_columns[0], *bounds)
-    paths = None
-    if key_list is not None and not truncate and not renames_columns(txn):
-        paths = driver_marks.local_paths(txn, files)
-    if paths is not None:
-        added, vectors = alongside(  # pyarrow writes the rows while the old ones are found
-            lambda: _write_on_driver(spark, txn, local_rows, read.key_columns[0]),
-            lambda: driver_marks.deletion_vectors(spark, txn, files, paths, read.key_columns[0], key_list))
-        return _apply(spark, path, txn, files, vectors, len(key_list), read, state, truncate, started, added)
-    keys = read.keys.persist(StorageLevel.MEMORY_AND_DISK)  # read once from PostgreSQL: counted, then joined
+    key_frame = read.keys.persist(StorageLevel.MEMORY_AND_DISK)  # read once from PostgreSQL: counted, then joined
     try:
-        num_keys = keys.count()
-        vectors = _matched_rows(spark, txn, files, keys, num_keys, truncate, bounds)
+        num_keys = key_frame.count()
+        vectors = _matched_rows(spark, txn, files, key_frame, num_keys, truncate, bounds)
         return _apply(spark, path, txn, files, vectors, num_keys, read, state, truncate, started)
     finally:
-        keys.unpersist()
+        key_frame.unpersist()
 
 
-def _write_on_driver(spark: "SparkSession", txn: Any, local_rows: "Callable[[], pa.Table | None] | None",
-                     key_column: str) -> list[Any] | None:
-    """The AddFile of the rows written by the driver; None where Spark has to write them."""
+def _found_on_driver(spark: "SparkSession", txn: Any, files: list[Any], read: "BatchRead",
+                     keys: "pa.Array") -> tuple[list[Any], Any, int]:
+    """The files that may hold `keys` (by their key range), the deletion vectors over their
+    rows of `keys` (found by the driver; by a Spark join if a file is not on the local file
+    system), and the number of keys."""
+    from pgcdc.enrich import array_bounds
+
+    bounds = array_bounds(keys)
+    if bounds is not None:
+        files = files_overlapping(files, read.key_columns[0], *bounds)
+    paths = driver_marks.local_paths(txn, files)
+    if paths is None:
+        return files, _matched_rows(spark, txn, files, read.keys, len(keys), False, bounds), len(keys)
+    return files, driver_marks.deletion_vectors(spark, txn, files, paths, read.key_columns[0], keys), len(keys)
+
+
+def _write_rows(spark: "SparkSession", txn: Any, read: "BatchRead",
+                local_rows: "Callable[[], pa.Table | None] | None") -> list[Any]:
+    """Write the batch's live rows: by the driver where it has them (`local_rows`), else by
+    a Spark job; their AddFiles."""
     table = local_rows() if local_rows is not None else None
-    return driver_write.write(spark, txn, table, key_column) if table is not None else None
+    added = driver_write.write(spark, txn, table, read.key_columns[0]) if table is not None else None
+    return added if added is not None else pylist(spark, txn.writeFiles(read.rows._jdf))
 
 
 def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], vectors: Any, num_keys: int,
@@ -243,7 +263,7 @@ def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], vectors
     now) with the deletion vectors (`vectors`, over `files`) and the state."""
     removals, dv_metrics = _mark_deleted(spark, txn, files, vectors)
     if added is None:
-        added = pylist(spark, txn.writeFiles(read.rows._jdf))
+        added = _write_rows(spark, txn, read, None)
     upserted = sum(json.loads(a.stats()).get("numRecords", 0) for a in added if a.stats())
     _record_metrics(spark, txn, {
         "operationNumSourceRows": num_keys, "numOutputRows": upserted, "numTargetRowsCopied": 0,

@@ -1,24 +1,26 @@
-"""Small batches: find the stored rows of a batch's keys and write their deletion vectors
-on the driver, without a Spark job.
+"""Find the stored rows of a batch's keys and write their deletion vectors on the driver,
+without a Spark job.
 
-For a batch of a few thousand keys, Spark's way (a broadcast of the keys, a scan joined
-to them, an aggregation of row positions into bitmaps per file, a job writing the
-vectors) costs ~0.5-1 s in job set-up, whatever the batch's size. Here the driver reads
-the key column of each candidate file with pyarrow (from the file's key index once
-there is one, see key_index.py), takes the positions of the batch's keys, and hands
-them to Delta's own deletion-vector writer (merged with a file's existing vector,
-stored in one new file). The result is what Spark's way returns, and
-takes the same path to the commit.
+Spark's way (a broadcast of the keys, a scan joined to them, an aggregation of row
+positions into bitmaps per file, a job writing the vectors) costs ~0.5-1 s in job
+set-up whatever the batch, and ~2 s of two cores for 1M keys over a 5M-row table. Here
+the driver searches the key column of each candidate file with pyarrow (from the
+file's key index, see key_index.py), turns each file's match mask into Delta's bitmap,
+and hands them to Delta's own deletion-vector writer (merged with a file's existing
+vector, stored in one new file). The result is what Spark's way returns, and takes the
+same path to the commit.
 
 Only where that is as exact as the Spark path: a one-column key held as integers or
-text, files on the local file system, no column mapping. Everything else (and every
-large batch, whose keys must not gather on the driver) takes the Spark path.
+text, files on the local file system, no column mapping; and up to
+`ingest.driver_keys` keys, which the driver holds as one Arrow array (as many as a
+Spark broadcast join would gather on it). Everything else takes the Spark path.
 """
 
 from __future__ import annotations
 
 import os
 import struct
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +28,7 @@ from pgcdc import key_index
 from pgcdc.jvm import cls, none, seq, some
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import SparkSession
 
 
@@ -40,56 +43,97 @@ def local_paths(txn: Any, files: list[Any]) -> list[str] | None:
     return paths
 
 
-def _positions(table_dir: str, path: str, column: str, keys: list[Any]) -> list[int]:
-    """The row positions (ascending) in the Parquet file whose `column` value is one of
-    `keys` (every physical row counts, deleted ones included, as Delta's row index does)."""
+def _masks(table_dir: str, paths: list[str], column: str, keys: "pa.Array") -> list["pa.BooleanArray"]:
+    """For each file, which of its rows hold one of `keys`: one boolean per physical row
+    in file order (deleted rows included, as Delta's row index counts them).
+
+    The files' key columns are searched in one group per core, each group with one set
+    of the keys: building the set is most of a small search's cost (~0.2 s for 1M keys),
+    and pyarrow searches outside the GIL."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    stored = key_index.key_column(table_dir, path, column)
-    if not (pa.types.is_integer(stored.type) or pa.types.is_string(stored.type)
-            or pa.types.is_large_string(stored.type)):
-        raise TypeError(f"{path}: key column {column} is stored as {stored.type}, not as integers or text")
-    return pc.indices_nonzero(pc.is_in(stored, value_set=pa.array(keys, type=stored.type))).to_pylist()
+    workers = os.cpu_count() or 1
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        stored = list(pool.map(lambda path: key_index.key_column(table_dir, path, column), paths))
+        if not stored:
+            return []
+        kind = stored[0].type
+        if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)) \
+                or any(c.type != kind for c in stored):
+            raise TypeError(f"key column {column} is stored as {sorted({str(c.type) for c in stored})}, "
+                            "not as one integer or text type")
+        value_set = keys.cast(kind)  # the same values: both are the key as the table holds it
+        total = sum(len(c) for c in stored)
+        groups: list[list[int]] = [[] for _ in range(workers)]
+        seen = 0
+        for i, c in enumerate(stored):  # consecutive files, about the same number of rows per group
+            groups[min(workers - 1, seen * workers // max(total, 1))].append(i)
+            seen += len(c)
+
+        def search(group: list[int]) -> list["pa.BooleanArray"]:
+            found = pc.is_in(pa.chunked_array([ch for i in group for ch in stored[i].chunks], type=kind),
+                             value_set=value_set)
+            masks, offset = [], 0
+            for i in group:
+                masks.append(_fresh(found.slice(offset, len(stored[i])).combine_chunks()))
+                offset += len(stored[i])
+            return masks
+        return [m for part in pool.map(search, [g for g in groups if g]) for m in part]
+
+
+def _fresh(mask: "pa.BooleanArray") -> "pa.BooleanArray":
+    """`mask` with its bits starting at bit 0 of its buffer (a slice may start mid-byte)."""
+    import pyarrow.compute as pc
+
+    return mask if mask.offset == 0 else pc.invert(pc.invert(mask))
 
 
 _DV_MAGIC = 1681511377       # Delta's RoaringBitmapArray, portable format (PROTOCOL.md, Deletion Vector Format)
 _NO_RUN_COOKIE = 12346       # RoaringFormatSpec: a 32-bit bitmap without run containers
 _ARRAY_MAX = 4096            # up to this many values a container is a sorted uint16 array, above a 2^16-bit bitmap
+_BLOCK = 1 << 16             # values per container
+_BUCKET = 1 << 32            # positions one 32-bit bitmap holds
 
 
-def portable_bitmap(positions: list[int]) -> bytes:
-    """Delta's serialized deletion-vector bitmap of ascending, distinct row positions.
+def portable_bitmap(mask: "pa.BooleanArray") -> bytes:
+    """Delta's serialized deletion-vector bitmap of the positions where `mask` is true.
 
     Built here because a byte array returned through Py4J of ~8 KB or more waits ~40 ms
-    (a TCP delayed acknowledgement) per call; Delta's writer checks and stores it."""
-    buckets: dict[int, list[int]] = {}
-    for p in positions:
-        buckets.setdefault(p >> 32, []).append(p & 0xFFFFFFFF)
-    parts = [struct.pack("<iq", _DV_MAGIC, len(buckets))]
-    for key in sorted(buckets):
-        parts += [struct.pack("<i", key), _roaring32(buckets[key])]
-    return b"".join(parts)
+    (a TCP delayed acknowledgement) per call; Delta's writer checks and stores it. A
+    dense container is the mask's own bits (Arrow and Roaring both number bits from the
+    lowest of each little-endian byte); a sparse one lists the positions as uint16."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-
-def _roaring32(values: list[int]) -> bytes:
-    """A 32-bit RoaringBitmap of ascending, distinct values in the standard portable format."""
-    containers: dict[int, list[int]] = {}
-    for v in values:
-        containers.setdefault(v >> 16, []).append(v & 0xFFFF)
-    keys = sorted(containers)
-    bodies = []
-    for key in keys:
-        lows = containers[key]
-        if len(lows) <= _ARRAY_MAX:
-            bodies.append(struct.pack(f"<{len(lows)}H", *lows))
+    if len(mask) > _BUCKET:  # positions past 2^32 would need more than one 32-bit bitmap
+        raise ValueError(f"a data file of {len(mask)} rows: the driver path handles up to 2^32")
+    if sys.byteorder != "little":  # Arrow buffers are in the machine's order, the format is little-endian
+        raise RuntimeError("deletion vectors are built on the driver only on little-endian machines")
+    mask = _fresh(mask)
+    bits = mask.buffers()[1]
+    keys, cards, bodies = [], [], []
+    for key in range(-(-len(mask) // _BLOCK)):
+        block = mask.slice(key * _BLOCK, _BLOCK)
+        count = block.true_count
+        if count == 0:
+            continue
+        if count <= _ARRAY_MAX:
+            lows = pc.indices_nonzero(block).cast(pa.uint16())
+            body = lows.buffers()[1][lows.offset * 2:(lows.offset + count) * 2].to_pybytes()
         else:
-            bits = bytearray(8192)
-            for v in lows:
-                bits[v >> 3] |= 1 << (v & 7)
-            bodies.append(bytes(bits))
-    header = [struct.pack("<II", _NO_RUN_COOKIE, len(keys))]
-    header += [struct.pack("<HH", key, len(containers[key]) - 1) for key in keys]
+            start = key * _BLOCK // 8
+            dense = bytearray(bits[start:start + -(-len(block) // 8)].to_pybytes())
+            if len(block) % 8:  # bits past the mask's end are not defined
+                dense[-1] &= (1 << (len(block) % 8)) - 1
+            body = bytes(dense).ljust(_BLOCK // 8, b"\0")
+        keys.append(key)
+        cards.append(count)
+        bodies.append(body)
+    if not keys:
+        return struct.pack("<iq", _DV_MAGIC, 0)
+    header = [struct.pack("<iq", _DV_MAGIC, 1), struct.pack("<i", 0), struct.pack("<II", _NO_RUN_COOKIE, len(keys))]
+    header += [struct.pack("<HH", key, card - 1) for key, card in zip(keys, cards)]
     offset = 8 + 8 * len(keys)  # cookie and count, then per container: key/cardinality and offset
     for body in bodies:
         header.append(struct.pack("<I", offset))
@@ -98,23 +142,22 @@ def _roaring32(values: list[int]) -> bytes:
 
 
 def deletion_vectors(spark: "SparkSession", txn: Any, files: list[Any], paths: list[str], column: str,
-                     keys: list[Any]) -> Any:
+                     keys: "pa.Array") -> Any:
     """Deletion vectors (a Scala Seq of Delta's DeletionVectorResult, written to storage)
     over every row of `files` whose `column` is in `keys`; files without such a row are left out."""
     vector_data = cls(spark, "org.apache.spark.sql.delta.commands.DeletionVectorData")
     spark_path = cls(spark, "org.apache.spark.paths.SparkPath")
     log = txn.deltaLog()
     table_dir = log.dataPath().toUri().getPath()
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # pyarrow reads and matches outside the GIL
-        found = list(pool.map(lambda path: _positions(table_dir, path, column, keys), paths))
     data = []
-    for add, positions in zip(files, found):
-        if not positions:
+    for add, mask in zip(files, _masks(table_dir, paths, column, keys)):
+        count = mask.true_count
+        if not count:
             continue
         existing = add.deletionVector()
         data.append(vector_data(spark_path.fromPath(add.absolutePath(log)).urlEncoded(),
                                 some(spark, existing.serializeToBase64()) if existing is not None else none(spark),
-                                portable_bitmap(positions), len(positions)))
+                                portable_bitmap(mask), count))
     if not data:
         return seq(spark, [])
     store = cls(spark, "org.apache.spark.sql.delta.commands.DeletionVectorWriter").createMapperToStoreDeletionVectors(

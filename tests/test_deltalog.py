@@ -152,18 +152,26 @@ def test_column_mapping_turned_on_by_another_tool_still_applies_batches(db: psyc
     syncer.assert_equal("public.t")
 
 
-@pytest.mark.parametrize("positions", [
-    [0], [5, 9, 70_000],                      # array containers in two 16-bit blocks
-    list(range(3, 20_000, 3)),                # > 4096 values in one block: a bitmap container
-    list(range(65_530, 65_545)) + [2**32 + 7, 2**33],  # values past 2^32: three 32-bit buckets
-], ids=["one", "sparse", "dense", "wide"])
-def test_deletion_vector_bitmap_built_on_the_driver_is_what_delta_writes(spark, positions: list[int]) -> None:
-    """The small-batch path serializes its bitmaps itself (driver_marks): byte for byte
-    Delta's own serialization of the same set, and Delta reads back the same positions."""
+@pytest.mark.parametrize("positions,length,start", [
+    ([0], 1, 0), ([5, 9, 70_000], 70_001, 0),           # array containers in two 16-bit blocks
+    (list(range(3, 20_000, 3)), 20_000, 0),             # > 4096 values in one block: a bitmap container
+    (list(range(65_536, 70_003)), 70_003, 0),           # a bitmap container in a last block of 4467 rows
+    (list(range(1, 9000, 2)) + [70_001], 70_005, 3),    # a mask that starts mid-byte (a slice)
+], ids=["one", "sparse", "dense", "dense-tail", "sliced"])
+def test_deletion_vector_bitmap_built_on_the_driver_is_what_delta_writes(spark, positions: list[int], length: int,
+                                                                         start: int) -> None:
+    """The driver path serializes its bitmaps itself from a mask over a file's rows
+    (driver_marks): byte for byte Delta's own serialization of the same set, and Delta
+    reads back the same positions."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     from pgcdc.driver_marks import portable_bitmap
 
     dv = spark._jvm.org.apache.spark.sql.delta.deletionvectors
-    ours = portable_bitmap(positions)
+    rows = pa.array(range(length + start), pa.int64())
+    mask = pc.is_in(rows, value_set=pa.array([p + start for p in positions], pa.int64())).slice(start)
+    assert mask.offset == start and len(mask) == length
+    ours = portable_bitmap(mask)
     read = dv.RoaringBitmapArray.readFrom(ours)
     assert read.cardinality() == len(positions) and list(read.toArray()) == positions
     theirs = dv.RoaringBitmapArray()

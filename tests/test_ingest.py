@@ -295,7 +295,7 @@ def test_equal_keys_in_different_text_forms_merge_as_one(db: psycopg.Connection,
         db.execute("set local timezone = 'Asia/Tokyo'")
         db.execute("insert into ts values ('2024-01-01 09:00+09', 'a')")
     db.execute("update ts set v = 'b'")
-    syncer.run(jdbc_partitions=3, small_batch_keys=1)  # equal keys must meet in one share
+    syncer.run(jdbc_partitions=3, small_batch_keys=1, driver_keys=0)  # equal keys must meet in one share
     syncer.assert_equal("public.n")
     syncer.assert_equal("public.ts")
     assert [r.v for r in syncer.delta("public.n").collect()] == ["b"]
@@ -328,17 +328,19 @@ def test_batch_changing_much_of_the_table_is_applied_by_a_copy(db: psycopg.Conne
     syncer.assert_equal("public.t")
 
 
-@pytest.mark.parametrize("small_batch_keys", [100_000, 1], ids=["driver finds the rows", "Spark joins"])
+@pytest.mark.parametrize("small_batch_keys,driver_keys", [(100_000, 2_000_000), (1, 2_000_000), (1, 0)],
+                         ids=["driver finds and writes the rows", "driver finds, Spark writes", "Spark joins"])
 def test_batches_mark_old_rows_deleted_and_write_only_the_changed_rows(db: psycopg.Connection, syncer, monkeypatch,
-                                                                       small_batch_keys: int) -> None:
-    """Both ways of finding a batch's old rows: on the driver (small batches) and by a Spark join."""
+                                                                       small_batch_keys: int, driver_keys: int) -> None:
+    """Both ways of finding a batch's old rows: on the driver (its keys read into the
+    driver) and by a Spark join; with the rows written by the driver or by Spark."""
     from delta.tables import DeltaTable
     from pgcdc import driver_marks
 
     on_driver = []
     real = driver_marks.deletion_vectors
     monkeypatch.setattr(driver_marks, "deletion_vectors", lambda *a: on_driver.append(1) or real(*a))
-    run = lambda: syncer.run(small_batch_keys=small_batch_keys)  # noqa: E731
+    run = lambda: syncer.run(small_batch_keys=small_batch_keys, driver_keys=driver_keys)  # noqa: E731
     db.execute("create table t (id int primary key, v text)")
     db.execute("insert into t select i, 'x' from generate_series(1, 200) i")
     capture.attach(db, "t")
@@ -374,7 +376,36 @@ def test_batches_mark_old_rows_deleted_and_write_only_the_changed_rows(db: psyco
     run()
     syncer.assert_equal("public.t")
     assert syncer.delta("public.t").count() == 0
-    assert len(on_driver) == (3 if small_batch_keys > 1 else 0)
+    assert len(on_driver) == (3 if driver_keys > 0 else 0)
+
+
+def test_large_batch_found_on_the_driver_across_files_and_dense_blocks(db: psycopg.Connection, syncer,
+                                                                       monkeypatch) -> None:
+    """A batch of many keys (above small_batch_keys: Spark writes its rows) has its old rows
+    found on the driver: the key columns of several files searched in groups, and blocks
+    where more than 4096 rows change stored as bitmaps. Any row marked at a wrong position
+    leaves an old version behind or loses a live row."""
+    from pgcdc import driver_marks
+
+    searched: list[int] = []
+    real = driver_marks.deletion_vectors
+    monkeypatch.setattr(driver_marks, "deletion_vectors", lambda *a: searched.append(len(a[5])) or real(*a))
+    db.execute("create table t (id bigint primary key, v text)")
+    db.execute("insert into t select i, 'x' from generate_series(1, 150000) i")
+    capture.attach(db, "t")
+    syncer.run(jdbc_partitions=3)  # the copy: 3 files, ~50k rows each
+    db.execute("update t set v = 'y' where id % 3 <> 0 and id < 100000")  # dense: 2 of 3 rows in most blocks
+    db.execute("delete from t where id % 1000 = 1")                        # sparse
+    db.execute("insert into t select i, 'new' from generate_series(150001, 150100) i")
+    report = syncer.run(small_batch_keys=1000, jdbc_partitions=3, recopy_fraction=0)["public.t"]
+    updated, deleted, both, inserted = 66666, 150, 67, 100
+    assert searched == [updated + deleted - both + inserted]  # the batch's distinct keys
+    assert (report.upserted, report.deleted) == (updated - both + inserted, deleted)
+    syncer.assert_equal("public.t")
+    db.execute("update t set v = 'z' where id between 40000 and 60000")  # rows in old and new files
+    syncer.run(small_batch_keys=1000, jdbc_partitions=3, recopy_fraction=0)
+    syncer.assert_equal("public.t")
+    assert len(searched) == 2
 
 
 def test_key_index_serves_later_batches_only_while_it_matches_its_data_file(db: psycopg.Connection, syncer,
