@@ -67,7 +67,7 @@ class IngestSettings(BaseModel):
         "batches (and 0) are joined by Spark",
     )
     recopy_fraction: float = Field(
-        default=0.1, ge=0, le=1,
+        default=0.25, ge=0, le=1,
         description="a batch changing at least this fraction of a table's rows (estimated) is applied by "
         "copying the table again, which is faster for such batches and leaves it compact; 0 = never",
     )
