@@ -232,11 +232,13 @@ def array_bounds(keys: "pa.Array") -> tuple[int, int] | None:
     return int(low.as_py()), int(high.as_py())
 
 
-def batch_partitions(keys: int, small_batch_keys: int, partitions: int) -> int:
+def batch_partitions(keys: int, small_batch_keys: int, partitions: int, slots: int) -> int:
     """How many shares to read a batch of `keys` queued keys in: one per `small_batch_keys`,
-    at least 1, at most `partitions`. Each share costs a task, a connection and a new file:
-    for a small batch those cost more than reading it in parallel saves."""
-    return max(1, min(partitions, -(-keys // small_batch_keys)))
+    at least 1, at most `partitions`, and no more than Spark runs at once (`slots`). Each
+    share costs a task, a connection and a new file, and unnests and hashes every queued
+    key of the batch to find its own (for 1M keys ~0.2 s of PostgreSQL each): shares
+    beyond what runs in parallel only add that work."""
+    return max(1, min(partitions, slots, -(-keys // small_batch_keys)))
 
 
 DRIVER_KEY_TYPES = {"int2", "int4", "int8", "text", "varchar"}

@@ -249,7 +249,8 @@ class Job:
         table's average row size, `row_bytes`), which the driver then writes itself; the
         rest is left to Spark."""
         s = self.settings.ingest
-        partitions = enrich.batch_partitions(batch.keys, s.small_batch_keys, s.jdbc_partitions)
+        partitions = enrich.batch_partitions(batch.keys, s.small_batch_keys, s.jdbc_partitions,
+                                             self.spark.sparkContext.defaultParallelism)
         on_driver = batch.keys <= s.driver_keys and not batch.truncate and enrich.keys_fit_driver(t, columns) \
             and apply.is_local(path)
         keys: Callable[[], pa.Array] | None = None

@@ -55,10 +55,12 @@ def test_target_path(table: str, folder: str) -> None:
     assert target_path("s3://bucket/lake/", table) == f"s3://bucket/lake/{folder}"
 
 
-@pytest.mark.parametrize(("keys", "expected"), [(0, 1), (1, 1), (100_000, 1), (100_001, 2), (250_000, 3),
-                                                (10_000_000, 4)])
-def test_batch_partitions_grow_with_the_batch_up_to_the_setting(keys: int, expected: int) -> None:
-    assert batch_partitions(keys, 100_000, 4) == expected
+@pytest.mark.parametrize(("keys", "slots", "expected"), [(0, 8, 1), (1, 8, 1), (100_000, 8, 1), (100_001, 8, 2),
+                                                         (250_000, 8, 3), (10_000_000, 8, 4), (10_000_000, 2, 2),
+                                                         (250_000, 1, 1)])
+def test_batch_partitions_grow_with_the_batch_up_to_the_setting_and_spark_slots(keys: int, slots: int,
+                                                                                expected: int) -> None:
+    assert batch_partitions(keys, 100_000, 4, slots) == expected
 
 
 @pytest.mark.parametrize(("columns", "fits"), [
