@@ -22,6 +22,7 @@ import os
 import struct
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pgcdc import key_index
@@ -47,10 +48,12 @@ def _masks(table_dir: str, paths: list[str], column: str, keys: "pa.Array") -> l
     """For each file, which of its rows hold one of `keys`: one boolean per physical row
     in file order (deleted rows included, as Delta's row index counts them).
 
-    The files' key columns are searched in one group per core (pyarrow searches outside
-    the GIL), each group with one set of the keys, or in one group for many keys:
-    building the set costs ~6x searching one stored key (1M keys: 0.19 s; 8M stored keys
-    searched: 0.23 s), so a second set pays only while the keys are few next to the rows."""
+    Integer keys in a compact range are looked up in a table indexed by key (_key_table).
+    Other keys are searched with a hash set, in one group of files per core (pyarrow
+    searches outside the GIL), each group with one set of the keys, or in one group for
+    many keys: building the set costs ~6x searching one stored key (1M keys: 0.19 s; 8M
+    stored keys searched: 0.23 s), so a second set pays only while the keys are few next
+    to the rows."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -64,6 +67,9 @@ def _masks(table_dir: str, paths: list[str], column: str, keys: "pa.Array") -> l
                 or any(c.type != kind for c in stored):
             raise TypeError(f"key column {column} is stored as {sorted({str(c.type) for c in stored})}, "
                             "not as one integer or text type")
+        table = _key_table(keys) if pa.types.is_integer(kind) else None
+        if table is not None:
+            return list(pool.map(table, stored))
         value_set = keys.cast(kind)  # the same values: both are the key as the table holds it
         total = sum(len(c) for c in stored)
         if len(keys) * 16 > total:  # a second set would cost more than the search it shares
@@ -83,6 +89,38 @@ def _masks(table_dir: str, paths: list[str], column: str, keys: "pa.Array") -> l
                 offset += len(stored[i])
             return masks
         return [m for part in pool.map(search, [g for g in groups if g]) for m in part]
+
+
+_TABLE_SLOTS = 1 << 24  # a key table of up to this many slots (bytes) is built whatever the number of keys
+
+
+def _key_table(keys: "pa.Array") -> "Callable[[pa.ChunkedArray], pa.BooleanArray] | None":
+    """For integer keys whose range spans at most 32 values per key (or _TABLE_SLOTS): a
+    search that marks each stored key found in a table holding one boolean per value of
+    the range; None for other keys. No hashing: 1M keys searched in 51M stored ones
+    took 0.24 s, with a hash set 1.4 s."""
+    import numpy as np
+    import pyarrow as pa
+
+    if len(keys) == 0 or not pa.types.is_integer(keys.type):
+        return None
+    values = keys.cast(pa.int64()).to_numpy()
+    low, high = int(values.min()), int(values.max())
+    size = high - low + 1
+    if size > max(32 * len(keys), _TABLE_SLOTS):
+        return None
+    present = np.zeros(size + 1, dtype=bool)  # the last slot stands for every key outside the range
+    present[values - low] = True
+
+    def search(stored: "pa.ChunkedArray") -> "pa.BooleanArray":
+        found = [np.zeros(0, dtype=bool)]
+        for chunk in stored.chunks:
+            # a stored key below the range wraps around to a huge slot: it lands on the last one
+            slots = (chunk.to_numpy().astype(np.int64, copy=False) - low).view(np.uint64)
+            np.minimum(slots, size, out=slots)
+            found.append(present[slots])
+        return pa.array(np.concatenate(found), type=pa.bool_())
+    return search
 
 
 def _fresh(mask: "pa.BooleanArray") -> "pa.BooleanArray":

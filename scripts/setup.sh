@@ -42,7 +42,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.pgcdc-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  say "installing Python packages (pyspark, delta-spark, psycopg, pyarrow, pydantic-settings, pytest, chispa)"
+  say "installing Python packages (pyspark, delta-spark, psycopg, pyarrow, numpy, pydantic-settings, pytest, chispa)"
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -e ".[test]"
   touch "$stamp"

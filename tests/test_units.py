@@ -130,3 +130,32 @@ def test_key_index_reads_like_the_parquet_file_and_is_made_again_when_damaged(tm
     Path(data).unlink()  # VACUUM
     assert key_index.prune(str(table_dir)) == 1 and not Path(index).exists()
     assert key_index.prune(str(tmp_path / "nothing here")) == 0
+
+
+@pytest.mark.parametrize("kind,stored,keys,by_table", [
+    # integer keys in a compact range: looked up in a table indexed by key
+    ("int64", [list(range(0, 3000, 3)), list(range(-50, 2000)), [2**62, -2**62, 7]],
+     list(range(-10, 2500, 7)), True),
+    ("int32", [list(range(100)), list(range(50, 300))], [5, 60, 299, 1000], True),
+    # spread over far more values than 32 per key: a hash set
+    ("int64", [[1, 10**12, 5, 2 * 10**12], list(range(100))], [10**12, 5, 99, 3 * 10**12], False),
+    ("string", [["a", "b", "c"], ["c", "d", "é", ""]], ["", "c", "é", "zz"], False),
+], ids=["int64-table", "int32-table", "int64-sparse", "text"])
+def test_driver_search_marks_exactly_the_rows_holding_the_keys(tmp_path: Path, kind: str, stored: list[list],
+                                                               keys: list, by_table: bool) -> None:
+    """driver_marks' search against a plain membership test, over files read in several
+    row groups (chunks), in one group of files and in several."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pgcdc import driver_marks
+
+    paths = []
+    for i, values in enumerate(stored):
+        path = tmp_path / f"part-{i}.parquet"
+        pq.write_table(pa.table({"k": pa.array(values, type=getattr(pa, kind)())}), path, row_group_size=64)
+        paths.append(str(path))
+    key_array = pa.array(keys, type=pa.int64() if kind.startswith("int") else pa.string())
+    assert (driver_marks._key_table(key_array) is not None) == by_table
+    for value_set in (key_array, pa.array(keys * 40, type=key_array.type)):  # many keys: one group of files
+        masks = driver_marks._masks(str(tmp_path), paths, "k", value_set)
+        assert [m.to_pylist() for m in masks] == [[v in set(keys) for v in values] for values in stored]
