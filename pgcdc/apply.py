@@ -93,11 +93,6 @@ def state_commit(spark: "SparkSession", state: ConsumerState) -> Iterator[None]:
             spark.conf.unset(key)
 
 
-def is_local(path: str) -> bool:
-    """True for a table on the local file system (a plain path or a file: URI)."""
-    return "://" not in path or path.startswith("file:")
-
-
 def is_delta(spark: "SparkSession", path: str) -> bool:
     from delta.tables import DeltaTable
 
@@ -243,8 +238,10 @@ def _found_on_driver(spark: "SparkSession", txn: Any, files: list[Any], read: "B
         files = files_overlapping(files, read.key_columns[0], *bounds)
     paths = driver_marks.local_paths(txn, files)
     if paths is None:
-        return files, _matched_rows(spark, txn, files, read.keys, len(keys), False, bounds), len(keys)
-    return files, driver_marks.deletion_vectors(spark, txn, files, paths, read.key_columns[0], keys), len(keys)
+        vectors = _matched_rows(spark, txn, files, read.keys, len(keys), False, bounds)
+    else:
+        vectors = driver_marks.deletion_vectors(spark, txn, files, paths, read.key_columns[0], keys)
+    return files, vectors, len(keys)
 
 
 def _write_rows(spark: "SparkSession", txn: Any, read: "BatchRead",

@@ -252,7 +252,7 @@ class Job:
         partitions = enrich.batch_partitions(batch.keys, s.small_batch_keys, s.jdbc_partitions,
                                              self.spark.sparkContext.defaultParallelism)
         on_driver = batch.keys <= s.driver_keys and not batch.truncate and enrich.keys_fit_driver(t, columns) \
-            and apply.is_local(path)
+            and local_folder(path) is not None
         keys: Callable[[], pa.Array] | None = None
         rows: Future[list[tuple[object, ...]] | None] | None = None
         key_read: Future[pa.Array] | None = None
