@@ -1,8 +1,7 @@
 """Apply: write a batch into its Delta table in one commit that also carries the consumer state.
 
 One commit per table per batch with a MERGE's effect (update matched keys, insert new
-keys, delete keys whose row is gone; after a TRUNCATE also delete every row the batch
-does not bring back), done as: deletion vectors over the old rows of the batch's keys
+keys, delete keys whose row is gone), done as: deletion vectors over the old rows of the batch's keys
 plus new files with the current rows. The state rides in the same commit (Delta's txn
 action + commitInfo). First syncs and re-syncs overwrite the table in one commit.
 """
@@ -24,7 +23,7 @@ from pgcdc.deltalog import (files_overlapping, latest_snapshot, read_all_files, 
                             stored_rows)
 from pgcdc.errors import TargetError
 from pgcdc.jvm import alongside, cls, none as jvm_none, optional, pylist, scala_map, seq, some as jvm_some
-from pgcdc.state import ConsumerState, app_id
+from pgcdc.state import FOLDER, ConsumerState, app_id
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -108,15 +107,37 @@ def create_table(spark: "SparkSession", path: str, schema: "StructType", consume
 
     folder = cls(spark, "org.apache.hadoop.fs.Path")(path)
     fs = folder.getFileSystem(spark._jsc.hadoopConfiguration())
-    if fs.exists(folder) and len(fs.listStatus(folder)) > 0:
-        raise TargetError(f"{path} holds files but is not a Delta table; move them away or choose another "
-                          "target.root (pgcdc creates its tables in empty places only)")
+    foreign = _foreign_file(fs, folder)
+    if foreign is not None:
+        raise TargetError(f"{path} holds files but is not a Delta table (e.g. {foreign}); move them away or choose "
+                          "another target.root (pgcdc creates its tables in empty places only)")
+    log = cls(spark, "org.apache.hadoop.fs.Path")(folder, "_delta_log")
+    if fs.exists(log):  # an unfinished create's leftovers, which Delta's create trips over
+        fs.delete(log, True)
 
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
     for key, value in {OWNER: consumer, SOURCE: table, "delta.enableDeletionVectors": "true",
                        "delta.checkpointInterval": CHECKPOINT_INTERVAL}.items():
         builder = builder.property(key, value)
     builder.execute()
+
+
+def _foreign_file(fs: Any, folder: Any) -> str | None:
+    """A file under `folder` (a Hadoop Path on file system `fs`) that is not a leftover of an
+    unfinished create, or None.
+
+    A create killed before its first commit leaves Delta's log folders (`_delta_log`,
+    `_delta_log/_staged_commits`) and maybe the commit's hidden temporary file; pgcdc's own
+    folder may hold state. Anything else is somebody's data."""
+    if not fs.exists(folder):
+        return None
+    files = fs.listFiles(folder, True)
+    root = fs.makeQualified(folder).toString().rstrip("/") + "/"
+    while files.hasNext():
+        relative = files.next().getPath().toString()[len(root):]
+        if not (relative.startswith(FOLDER + "/") or re.fullmatch(r"_delta_log/(_staged_commits/)?\.[^/]*", relative)):
+            return relative
+    return None
 
 
 def check_owner(spark: "SparkSession", path: str, consumer: str, table: str) -> None:
@@ -179,7 +200,7 @@ def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: Consum
     return _last_commit(spark, path, state)
 
 
-def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerState, truncate: bool,
+def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerState,
           bounds: tuple[int, int] | None = None, keys: "Callable[[], pa.Array] | None" = None,
           local_rows: "Callable[[], pa.Table | None] | None" = None) -> Written:
     """Apply one batch in one Delta commit that also carries the state.
@@ -188,7 +209,7 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
     deletion vector, and the batch's live rows (`read.rows`) are written as new files:
     update matched, insert new, delete gone, as a MERGE would, but with one join of the
     keys against the target's key column instead of Delta MERGE's three passes, and no
-    unchanged row rewritten. After a TRUNCATE every row is marked deleted. `bounds`
+    unchanged row rewritten. (A batch holding a TRUNCATE is never merged: it is copied.) `bounds`
     (lowest, highest key of a one-column integer key) lets Delta skip the files whose key
     range lies outside the batch. `keys` (gives the same keys, of a batch with a one-column
     key, read into the driver) lets the driver find the rows (driver_marks, its own key
@@ -210,18 +231,18 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
     # Reading the whole file list records it in the transaction: a concurrent rewrite of
     # those files (OPTIMIZE elsewhere) makes this commit fail instead of resurrecting rows.
     files = pylist(spark, read_all_files(txn))
-    if keys is not None and not truncate and not renames_columns(txn):
+    if keys is not None and not renames_columns(txn):
         added, (files, vectors, num_keys) = alongside(  # the rows are written while the old ones are found
             lambda: _write_rows(spark, txn, read, local_rows),
             lambda: _found_on_driver(spark, txn, files, read, keys()))
-        return _apply(spark, path, txn, files, vectors, num_keys, read, state, truncate, started, added)
-    if bounds is not None and not truncate:  # files whose key range misses the batch hold none of its keys
+        return _apply(spark, path, txn, files, vectors, num_keys, read, state, started, added)
+    if bounds is not None:  # files whose key range misses the batch hold none of its keys
         files = files_overlapping(files, read.key_columns[0], *bounds)
     key_frame = read.keys.persist(StorageLevel.MEMORY_AND_DISK)  # read once from PostgreSQL: counted, then joined
     try:
         num_keys = key_frame.count()
-        vectors = _matched_rows(spark, txn, files, key_frame, num_keys, truncate, bounds)
-        return _apply(spark, path, txn, files, vectors, num_keys, read, state, truncate, started)
+        vectors = _matched_rows(spark, txn, files, key_frame, num_keys, bounds)
+        return _apply(spark, path, txn, files, vectors, num_keys, read, state, started)
     finally:
         key_frame.unpersist()
 
@@ -238,7 +259,7 @@ def _found_on_driver(spark: "SparkSession", txn: Any, files: list[Any], read: "B
         files = files_overlapping(files, read.key_columns[0], *bounds)
     paths = driver_marks.local_paths(txn, files)
     if paths is None:
-        vectors = _matched_rows(spark, txn, files, read.keys, len(keys), False, bounds)
+        vectors = _matched_rows(spark, txn, files, read.keys, len(keys), bounds)
     else:
         vectors = driver_marks.deletion_vectors(spark, txn, files, paths, read.key_columns[0], keys)
     return files, vectors, len(keys)
@@ -254,7 +275,7 @@ def _write_rows(spark: "SparkSession", txn: Any, read: "BatchRead",
 
 
 def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], vectors: Any, num_keys: int,
-           read: "BatchRead", state: ConsumerState, truncate: bool, started: float,
+           read: "BatchRead", state: ConsumerState, started: float,
            added: list[Any] | None = None) -> Written:
     """Commit the rows' new files (`added`, written by the driver; if None, Spark writes them
     now) with the deletion vectors (`vectors`, over `files`) and the state."""
@@ -270,29 +291,26 @@ def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], vectors
         "numTargetDeletionVectorsUpdated": dv_metrics.get("numDeletionVectorsUpdated", 0),
         "executionTimeMs": int((time.monotonic() - started) * 1000)})
     version = _commit(spark, path, txn, removals + added, state)
-    # deleted: keys without a current row; after a TRUNCATE, the rows the table lost net
-    removed = dv_metrics.get("numModifiedRows", 0)
-    return Written(version, upserted, max(0, removed - upserted) if truncate else num_keys - upserted)
+    return Written(version, upserted, num_keys - upserted)  # deleted: keys without a current row
 
 
 def _matched_rows(spark: "SparkSession", txn: Any, files: list[Any], keys: "DataFrame", num_keys: int,
-                  truncate: bool, bounds: tuple[int, int] | None) -> Any:
+                  bounds: tuple[int, int] | None) -> Any:
     """Deletion vectors (Delta's DeletionVectorResults, written) over every row of `files`
-    whose key is in `keys` (every row after a TRUNCATE), found by a Spark join."""
+    whose key is in `keys`, found by a Spark join."""
     from pyspark.sql import functions as F
 
     if not files:
         return seq(spark, [])
     key_columns = keys.columns
     target = stored_rows(spark, txn, files, key_columns)
-    if bounds is not None and not truncate:
+    if bounds is not None:
         target = target.where(F.col(key_columns[0]).between(int(bounds[0]), int(bounds[1])))
     target = target.select(*key_columns, F.col("_metadata.file_path").alias(_FILE),
                            F.col("_metadata.row_index").alias(_ROW))
     # Up to BROADCAST_KEYS keys are sent whole to every task (no shuffle of the target's
     # key column); above, Spark shuffles both sides and no key set goes through the driver.
-    matched = target if truncate else target.join(F.broadcast(keys) if num_keys <= BROADCAST_KEYS else keys,
-                                                  on=key_columns)
+    matched = target.join(F.broadcast(keys) if num_keys <= BROADCAST_KEYS else keys, on=key_columns)
     return cls(spark, "org.apache.spark.sql.delta.commands.DeletionVectorBitmapGenerator") \
         .buildRowIndexSetsForFilesMatchingCondition(
             spark._jsparkSession, txn, True, matched._jdf, seq(spark, files),

@@ -19,6 +19,11 @@ import psycopg
 from pgcdc.state import ConsumerState, TxidSet
 
 
+def _in_ranges(ts: TxidSet, alias: str) -> str:
+    """SQL condition: the txid is in one of the ranges of `ts` (numbers only: safe to inline)."""
+    return " or ".join(f"{alias}.txid between '{lo}'::xid8 and '{hi}'::xid8" for lo, hi in ts.ranges)
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """What the reader's snapshot says about transactions."""
@@ -45,19 +50,21 @@ class Batch:
     events: int
     keys: int
     truncate: bool
-    caught_up: bool  # nothing left below the snapshot's txmin after this batch
+    next_txid: int | None  # the first txid with events the batch leaves for later; None: nothing left
+
+    @property
+    def caught_up(self) -> bool:
+        """Nothing left to take in the snapshot after this batch."""
+        return self.next_txid is None
 
     def filter_sql(self, alias: str = "q") -> str:
         """SQL condition selecting exactly this batch's queue rows (numbers only: safe to inline)."""
-        def in_ranges(ts: TxidSet) -> str:
-            return " or ".join(f"{alias}.txid between '{lo}'::xid8 and '{hi}'::xid8" for lo, hi in ts.ranges)
-
         strict = f"{alias}.txid >= '{self.lo}'::xid8 and {alias}.txid < '{self.hi}'::xid8"
         if self.skip.ranges:
-            strict += f" and not ({in_ranges(self.skip)})"
+            strict += f" and not ({_in_ranges(self.skip, alias)})"
         cond = f"({strict})"
         if self.extra.ranges:
-            cond = f"({cond} or {in_ranges(self.extra)})"
+            cond = f"({cond} or {_in_ranges(self.extra, alias)})"
         return f"{alias}.table_id = {int(self.table_id)} and {cond}"
 
     def next_state(self, state: ConsumerState) -> ConsumerState:
@@ -88,8 +95,16 @@ def _ranges_between_gaps(txids: list[int], snap: Snapshot) -> TxidSet:
     return TxidSet(tuple(ranges))
 
 
+def _outside(skip: TxidSet) -> str:
+    """An AND clause leaving out the txids in `skip` (empty if it is)."""
+    return f"and not ({_in_ranges(skip, 'q')}) " if skip.ranges else ""
+
+
+# Per txid of one table: its events, keys, and whether it truncated. Already applied txids
+# are left out in SQL: were they counted against the LIMIT, a run of them could fill the
+# page and hide the unapplied txids behind it.
 _PER_TXID = ("select q.txid::text::bigint, count(*), coalesce(sum(cardinality(q.keys)), 0), bool_or(q.op = 'T') "
-             "from pgcdc.commit_queue q where q.table_id = %s and q.txid >= %s::text::xid8 {upper}"
+             "from pgcdc.commit_queue q where q.table_id = %s and q.txid >= %s::text::xid8 {upper}{skip}"
              "group by q.txid order by q.txid limit %s")
 
 
@@ -111,15 +126,13 @@ class _Budget:
         return True
 
 
-def _walk(rows: list[tuple[int, int, int, bool]], limit: int, skip: TxidSet, budget: _Budget) -> tuple[list[int], int | None]:
-    """Take transactions in txid order while they fit; return (taken txids, first txid not taken or None)."""
+def _walk(rows: list[tuple[int, int, int, bool]], limit: int, budget: _Budget) -> tuple[list[int], int | None]:
+    """Take transactions in txid order while they fit; return (taken txids, first txid not taken
+    or None if every transaction was taken). `rows` came from a query cut at `limit` rows: if it
+    returned that many, the last one is never taken, as what follows it is unknown."""
     taken: list[int] = []
     for i, (txid, events, keys, truncate) in enumerate(rows):
-        if i == limit:  # past the query limit: what follows is unknown
-            return taken, txid
-        if txid in skip:
-            continue
-        if not budget.take(events, keys, truncate):
+        if i == limit - 1 or not budget.take(events, keys, truncate):
             return taken, txid
         taken.append(txid)
     return taken, None
@@ -135,18 +148,28 @@ def plan_batch(conn: psycopg.Connection, snap: Snapshot, state: ConsumerState, *
     lo = state.watermark
     top = max(lo, snap.txmin)  # the watermark never moves back, even if a standby reports a lower xmin
     budget = _Budget(max_events, max_keys)
-    rows = conn.execute(_PER_TXID.format(upper="and q.txid < %s::text::xid8 "),
-                        (state.table_id, str(lo), str(top), max_events + 1)).fetchall()
-    _, stop = _walk(rows, max_events + 1, state.out_of_order, budget)
+    skip = state.out_of_order.at_or_above(lo)
+    limit = max_events + 2  # enough to fill the budget and see the first txid past it
+    rows = conn.execute(_PER_TXID.format(upper="and q.txid < %s::text::xid8 ", skip=_outside(skip)),
+                        (state.table_id, str(lo), str(top), limit)).fetchall()
+    _, stop = _walk(rows, limit, budget)
     hi = top if stop is None else stop
-    caught_up = stop is None
 
     extra: list[int] = []
-    if out_of_order and caught_up:
-        rows = conn.execute(_PER_TXID.format(upper=""), (state.table_id, str(top), max_events + 1)).fetchall()
-        extra, stop = _walk(rows, max_events + 1, state.out_of_order, budget)
-        caught_up = stop is None
+    if out_of_order and stop is None:
+        rows = conn.execute(_PER_TXID.format(upper="", skip=_outside(skip)),
+                            (state.table_id, str(top), limit)).fetchall()
+        extra, stop = _walk(rows, limit, budget)
     if budget.events == 0 and hi == lo:
         return None
-    return Batch(state.table_id, lo, hi, state.out_of_order.at_or_above(lo), _ranges_between_gaps(extra, snap),
-                 budget.events, budget.keys, budget.truncate, caught_up)
+    return Batch(state.table_id, lo, hi, skip, _ranges_between_gaps(extra, snap),
+                 budget.events, budget.keys, budget.truncate, stop)
+
+
+def visible_at_or_above(conn: psycopg.Connection, table_id: int, snap: Snapshot) -> TxidSet:
+    """The txids at or above the snapshot's txmin with events of the table that the snapshot
+    shows (committed before it): a copy in this snapshot holds their changes."""
+    rows = conn.execute("select distinct q.txid::text::bigint from pgcdc.commit_queue q "
+                        "where q.table_id = %s and q.txid >= %s::text::xid8 order by 1",
+                        (table_id, str(snap.txmin))).fetchall()
+    return _ranges_between_gaps([r[0] for r in rows], snap)

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import os
 
+# Every failpoint, in the order a batch passes them (a first sync passes before-copy-commit
+# instead of the merge's three); the randomized test crashes at each.
+FAILPOINTS = ("before-merge", "before-commit", "before-copy-commit", "after-merge", "after-commit",
+              "after-state-file")
+
 
 def failpoint(name: str) -> None:
     """Kill the process here if PGCDC_FAILPOINT names this place."""

@@ -22,7 +22,7 @@ from pgcdc.deltalog import table_schema
 from pgcdc.jvm import in_background
 from pgcdc.errors import BusyError, TableError, TargetError
 from pgcdc.settings import Settings
-from pgcdc.state import (ConsumerState, TxidSet, committed_batch, load_state, local_folder, mirror_state,
+from pgcdc.state import (ConsumerState, committed_batch, load_state, local_folder, mirror_state,
                          read_state_file, write_state_file)
 
 if TYPE_CHECKING:
@@ -124,47 +124,52 @@ class Job:
                                s.consumer, t.name)
         apply.check_owner(self.spark, path, s.consumer, t.name)
         quick = read_state_file(self.spark, path, s.consumer)
-        if quick is not None and self.idle(reader, quick):
-            # Fast path for an idle table: the state file may only lag Delta after a crash
-            # between the commit and the file write, and then the lagging state still sees
-            # the committed batch's events as pending, so it is never idle.
-            self.check_state(primary, quick, sysid, t, path)
-            return self.finish(primary, reader, quick, path, report)
+        if quick is not None:
+            batch = self.plan(reader, quick)
+            if batch is None or batch.events == 0:
+                # Fast path for an idle table: the state file may only lag Delta after a crash
+                # between the commit and the file write, and then the lagging state still sees
+                # the committed batch's events as pending, so it is never idle.
+                self.check_state(primary, quick, sysid, t, path)
+                return self.finish(primary, reader, _moved(quick, batch), path, report)
         state = load_state(self.spark, path, s.consumer)
         if state is None:
             state = self.copy_table(primary, reader, jdbc, sysid, t, columns, path, report, 0)
         self.check_state(primary, state, sysid, t, path)
 
-        start_txmin = None
+        start: events.Snapshot | None = None
         while True:
             with reader.transaction():
                 reader.execute("set transaction isolation level repeatable read, read only")
                 snap = events.take_snapshot(reader)
-                batch = events.plan_batch(reader, snap, state, out_of_order=s.ingest.mode == "out_of_order",
-                                          max_events=s.ingest.max_events_per_batch,
-                                          max_keys=s.ingest.max_keys_per_batch)
+                batch = self.plan(reader, state, snap)
                 rows, table_bytes = reader.execute("select reltuples, pg_table_size(oid) from pg_class "
                                                    "where oid = %s::regclass", (t.name,)).fetchone()
-            start_txmin = snap.txmin if start_txmin is None else start_txmin
+            start = start or snap
             if batch is None:
                 break
-            if batch.events and 0 < s.ingest.recopy_fraction and rows > 0 and \
-                    batch.keys >= s.ingest.recopy_fraction * rows:
-                # copying the table again is faster for such a batch and leaves it compact;
-                # its snapshot covers every event below its txmin, this batch included
-                self.say(f"{t.name}: batch of {batch.keys} keys is >= {s.ingest.recopy_fraction:.0%} of ~{rows:.0f} "
-                         "rows: copying the table instead of applying the batch")
+            recopy = batch.events and 0 < s.ingest.recopy_fraction and rows > 0 and \
+                batch.keys >= s.ingest.recopy_fraction * rows
+            if batch.events and (batch.truncate or recopy):
+                # A TRUNCATE has no keys, and txid order is not commit order: a transaction
+                # with a lower txid may have written the table after the TRUNCATE committed.
+                # Only a copy in one snapshot is right whatever the order. A batch changing
+                # much of the table is also copied: that is faster and leaves it compact.
+                # The copy's snapshot covers every event below its txmin, this batch included.
+                why = "a TRUNCATE" if batch.truncate else \
+                    f"{batch.keys} keys, >= {s.ingest.recopy_fraction:.0%} of ~{rows:.0f} rows"
+                self.say(f"{t.name}: batch holds {why}: copying the table instead of applying the batch")
                 state = self.copy_table(primary, reader, jdbc, sysid, t, columns, path, report, state.batch)
                 report.events += batch.events
                 report.batches += 1
             elif batch.events == 0:
                 # nothing of this table below the new watermark: no Delta commit; the mirror
                 # (written below) may move ahead: the events retention then drops are not this table's
-                state = replace(batch.next_state(state), batch=state.batch, run_id=state.run_id)
+                state = _moved(state, batch)
             else:
                 row_bytes = table_bytes / max(rows, 1)  # (reltuples is -1 before the first analyze)
                 state = self.apply_batch(primary, reader, jdbc, t, columns, batch, row_bytes, state, path, report)
-            if batch.caught_up or state.watermark >= start_txmin:
+            if batch.caught_up or batch.next_txid >= self.horizon(start):
                 break
         return self.finish(primary, reader, state, path, report)
 
@@ -181,15 +186,23 @@ class Job:
         self.say(report.line())
         return report
 
-    def idle(self, reader: psycopg.Connection, state: ConsumerState) -> bool:
-        """True if the table has no event to apply from `state` on."""
+    def horizon(self, start: events.Snapshot) -> int:
+        """Where one run stops for a table while writers go on: once everything below the txmin
+        it started with is applied (strict mode), or every transaction that had begun by then
+        (out-of-order mode). Later transactions are the next run's."""
+        return start.xmax if self.settings.ingest.mode == "out_of_order" else start.txmin
+
+    def plan(self, reader: psycopg.Connection, state: ConsumerState,
+             snap: events.Snapshot | None = None) -> events.Batch | None:
+        """The next batch from `state` on, in the reader's current snapshot `snap` (or in a
+        snapshot of its own)."""
         s = self.settings.ingest
-        with reader.transaction():
-            reader.execute("set transaction isolation level repeatable read, read only")
-            snap = events.take_snapshot(reader)
-            batch = events.plan_batch(reader, snap, state, out_of_order=s.mode == "out_of_order",
-                                      max_events=1, max_keys=1)
-        return batch is None or batch.events == 0
+        if snap is None:
+            with reader.transaction():
+                reader.execute("set transaction isolation level repeatable read, read only")
+                return self.plan(reader, state, events.take_snapshot(reader))
+        return events.plan_batch(reader, snap, state, out_of_order=s.mode == "out_of_order",
+                                 max_events=s.max_events_per_batch, max_keys=s.max_keys_per_batch)
 
     def copy_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], sysid: str,
                    t: AttachedTable, columns: list[enrich.Column], path: str, report: TableReport,
@@ -207,8 +220,11 @@ class Job:
             self.say(f"{t.name}: copying the whole table ({relpages} pages) ...")
             rows = enrich.read_table(self.spark, jdbc, t, columns, self.settings.ingest.jdbc_partitions, relpages,
                                      exported)
+            # the transactions at or above txmin whose changes the snapshot shows are copied too
+            applied = events.visible_at_or_above(reader, t.table_id, snap)
             state = ConsumerState(self.settings.consumer, t.name, t.table_id, sysid, snap.txmin,
-                                  batch=last_batch).next(snap.txmin, TxidSet())
+                                  batch=last_batch).next(snap.txmin, applied)
+            faults.failpoint("before-copy-commit")
             written = apply.overwrite(self.spark, path, rows, state)
         self.committed(primary, path, state)
         report.copied = written.upserted
@@ -251,7 +267,7 @@ class Job:
         s = self.settings.ingest
         partitions = enrich.batch_partitions(batch.keys, s.small_batch_keys, s.jdbc_partitions,
                                              self.spark.sparkContext.defaultParallelism)
-        on_driver = batch.keys <= s.driver_keys and not batch.truncate and enrich.keys_fit_driver(t, columns) \
+        on_driver = batch.keys <= s.driver_keys and enrich.keys_fit_driver(t, columns) \
             and local_folder(path) is not None
         keys: Callable[[], pa.Array] | None = None
         rows: Future[list[tuple[object, ...]] | None] | None = None
@@ -277,7 +293,7 @@ class Job:
             new_state = batch.next_state(state)
             faults.failpoint("before-merge")
             local_rows = (lambda: driver_write.arrow_rows(rows.result(), read.schema)) if rows is not None else None
-            written = apply.merge(self.spark, path, read, new_state, batch.truncate, bounds, keys, local_rows)
+            written = apply.merge(self.spark, path, read, new_state, bounds, keys, local_rows)
         finally:
             # the reader connection is free again before anything else uses it
             wait([f for f in (rows, key_read) if f is not None])
@@ -291,7 +307,9 @@ class Job:
 
     def committed(self, primary: psycopg.Connection, path: str, state: ConsumerState) -> None:
         """After a Delta commit: copy the state next to the table and into PostgreSQL."""
+        faults.failpoint("after-commit")
         write_state_file(self.spark, path, state)
+        faults.failpoint("after-state-file")
         mirror_state(primary, state, path)
 
     def check_state(self, primary: psycopg.Connection, state: ConsumerState, sysid: str, t: AttachedTable,
@@ -318,6 +336,12 @@ class Job:
                               "where q.table_id = %s and q.txid >= %s::text::xid8 group by 1",
                               (state.table_id, str(state.watermark))).fetchall()
         return sum(n for txid, n in rows if txid not in state.out_of_order)
+
+
+def _moved(state: ConsumerState, batch: events.Batch | None) -> ConsumerState:
+    """The state once a batch without events (or none) is passed: nothing to commit to Delta,
+    the same batch number; only the watermark may move up."""
+    return state if batch is None else replace(batch.next_state(state), batch=state.batch, run_id=state.run_id)
 
 
 def run(settings: Settings, spark: "SparkSession | None" = None, say: Callable[[str], None] = print) -> list[TableReport]:

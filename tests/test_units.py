@@ -34,7 +34,7 @@ def test_state_watermark_only_moves_up_and_swallows_adjacent_ranges() -> None:
 
 
 def test_batch_filter_selects_exactly_the_batch() -> None:
-    b = Batch(7, 100, 200, TxidSet.of([(150, 151)]), TxidSet.of([(205, 209)]), 3, 3, False, True)
+    b = Batch(7, 100, 200, TxidSet.of([(150, 151)]), TxidSet.of([(205, 209)]), 3, 3, False, None)
     sql = b.filter_sql("q")
     assert sql.startswith("q.table_id = 7 and ")
     assert "q.txid >= '100'::xid8 and q.txid < '200'::xid8" in sql
