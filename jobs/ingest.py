@@ -1,6 +1,6 @@
 """spark-submit entry point of the ingest job.
 
-    spark-submit --properties-file conf/spark-defaults.conf jobs/ingest.py [--config PATH]
+    spark-submit --properties-file conf/spark-defaults.conf --jars "$(python -m pgcdc.logstore)" jobs/ingest.py [--config PATH]
 
 The same job as `pgcdc ingest`, in the session spark-submit provides. Settings come
 from --config / PGCDC_CONFIG and PGCDC_* variables (see conf/pgcdc.example.toml).

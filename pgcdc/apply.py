@@ -200,7 +200,7 @@ def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: Consum
     return _last_commit(spark, path, state)
 
 
-def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerState,
+def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerState, before_commit: Callable[[], None],
           bounds: tuple[int, int] | None = None, keys: "Callable[[], pa.Array] | None" = None,
           local_rows: "Callable[[], pa.Table | None] | None" = None) -> Written:
     """Apply one batch in one Delta commit that also carries the state.
@@ -216,6 +216,7 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
     bounds) while Spark writes `read.rows`; else Spark joins `read.keys` to the stored key
     column. `local_rows` (gives the same as `read.rows`, read on the driver, with `keys`)
     lets the driver write them too (driver_write); where it gives None, Spark writes.
+    `before_commit` runs once every row is read and written, right before the commit.
     """
     from pyspark import StorageLevel
 
@@ -235,14 +236,14 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
         added, (files, vectors, num_keys) = alongside(  # the rows are written while the old ones are found
             lambda: _write_rows(spark, txn, read, local_rows),
             lambda: _found_on_driver(spark, txn, files, read, keys()))
-        return _apply(spark, path, txn, files, vectors, num_keys, read, state, started, added)
+        return _apply(spark, path, txn, files, vectors, num_keys, read, state, before_commit, started, added)
     if bounds is not None:  # files whose key range misses the batch hold none of its keys
         files = files_overlapping(files, read.key_columns[0], *bounds)
     key_frame = read.keys.persist(StorageLevel.MEMORY_AND_DISK)  # read once from PostgreSQL: counted, then joined
     try:
         num_keys = key_frame.count()
         vectors = _matched_rows(spark, txn, files, key_frame, num_keys, bounds)
-        return _apply(spark, path, txn, files, vectors, num_keys, read, state, started)
+        return _apply(spark, path, txn, files, vectors, num_keys, read, state, before_commit, started)
     finally:
         key_frame.unpersist()
 
@@ -275,7 +276,7 @@ def _write_rows(spark: "SparkSession", txn: Any, read: "BatchRead",
 
 
 def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], vectors: Any, num_keys: int,
-           read: "BatchRead", state: ConsumerState, started: float,
+           read: "BatchRead", state: ConsumerState, before_commit: Callable[[], None], started: float,
            added: list[Any] | None = None) -> Written:
     """Commit the rows' new files (`added`, written by the driver; if None, Spark writes them
     now) with the deletion vectors (`vectors`, over `files`) and the state."""
@@ -290,6 +291,7 @@ def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], vectors
         "numTargetDeletionVectorsRemoved": dv_metrics.get("numDeletionVectorsRemoved", 0),
         "numTargetDeletionVectorsUpdated": dv_metrics.get("numDeletionVectorsUpdated", 0),
         "executionTimeMs": int((time.monotonic() - started) * 1000)})
+    before_commit()
     version = _commit(spark, path, txn, removals + added, state)
     return Written(version, upserted, num_keys - upserted)  # deleted: keys without a current row
 

@@ -13,9 +13,9 @@ from importlib import resources
 
 import psycopg
 
-from pgcdc.errors import SchemaError, TableError
+from pgcdc.errors import SchemaError, TableError, TargetError
 
-SCHEMA_VERSION = 1  # bump with every change to sql/; install upgrades older schemas in place
+SCHEMA_VERSION = 2  # bump with every change to sql/; install upgrades older schemas in place
 _LOCK = "select pg_advisory_xact_lock(hashtext('pgcdc.install'))"
 
 
@@ -76,6 +76,52 @@ def require_schema(conn: psycopg.Connection) -> None:
                           f"{SCHEMA_VERSION}; {action}")
 
 
+def identity(conn: psycopg.Connection) -> str:
+    """What the database's txids belong to: "<system identifier>/<database oid>". A restore
+    into another cluster changes the first (txids restart), a dump restored into a new
+    database of the same cluster the second; a hot standby shares its primary's."""
+    try:
+        return conn.execute("select format('%s/%s', c.system_identifier, d.oid) from pg_control_system() c, "
+                            "pg_database d where d.datname = current_database()").fetchone()[0]
+    except psycopg.errors.InsufficientPrivilege:
+        raise TargetError("the source role may not call pg_control_system(); grant it: GRANT pg_monitor TO <role> "
+                          "(or GRANT EXECUTE ON FUNCTION pg_control_system() TO <role>)") from None
+
+
+def recorded_identity(conn: psycopg.Connection) -> str | None:
+    """The identity the queue's txids belong to, as recorded at install (or the last reset)."""
+    row = conn.execute("select value from pgcdc.meta where key = 'identity'").fetchone()
+    return row[0] if row else None
+
+
+def check_identity(conn: psycopg.Connection) -> None:
+    """Refuse a queue restored from another database (pg_dump/pg_restore): its events carry txids
+    of another history, which the new database hands out again."""
+    recorded, current = recorded_identity(conn), identity(conn)
+    if recorded is None:  # installed before identities were recorded
+        conn.execute("insert into pgcdc.meta values ('identity', %s) on conflict do nothing", (current,))
+    elif recorded != current:
+        raise TargetError(f"database {conn.info.dbname} was restored from another database (pgcdc was installed in "
+                          f"{recorded}, this is {current}): the queued events and every stored watermark belong to "
+                          "the old one; run `pgcdc reset-watermark` to clear the queue and copy the tables again")
+
+
+def adopt_identity(conn: psycopg.Connection) -> int | None:
+    """After a restore from another database: delete the queued events of the old history and
+    record this database's identity, in one transaction; the number of events deleted, or None
+    if the queue already belongs here. Events of transactions still running are not visible to
+    the delete and stay; a copy taken afterwards holds everything the deleted ones changed."""
+    with conn.transaction():
+        conn.execute(_LOCK)
+        current = identity(conn)
+        if recorded_identity(conn) == current:
+            return None
+        deleted = conn.execute("delete from pgcdc.commit_queue").rowcount
+        conn.execute("insert into pgcdc.meta values ('identity', %s) on conflict (key) do update "
+                     "set value = excluded.value", (current,))
+    return deleted
+
+
 def install(conn: psycopg.Connection, partition_size: int | None = None) -> tuple[int | None, int]:
     """Create or upgrade the schema in one transaction; return (previous version, new version).
 
@@ -100,6 +146,12 @@ def install(conn: psycopg.Connection, partition_size: int | None = None) -> tupl
             conn.execute("update pgcdc.meta set value = %s where key = 'partition_size'", (str(partition_size),))
         conn.execute("insert into pgcdc.meta values ('schema_version', %s) "
                      "on conflict (key) do update set value = excluded.value", (str(SCHEMA_VERSION),))
+        try:
+            with conn.transaction():  # (a savepoint: a role without pg_control_system() records it at its first ingest)
+                conn.execute("insert into pgcdc.meta values ('identity', %s) on conflict do nothing",
+                             (identity(conn),))
+        except TargetError:
+            pass
         # regenerate capture code of attached tables, so an upgrade reaches them
         conn.execute("select pgcdc._generate_capture(table_id) from pgcdc.attached")
         conn.execute("select * from pgcdc.maintain()")

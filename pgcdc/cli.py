@@ -126,12 +126,25 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Capture health at a glance."""
+    """Capture and sync health at a glance; exit 1 when something needs attention (for schedulers)."""
+    from pgcdc.db import connect
+    from pgcdc.errors import SourceError
     from pgcdc.status import status_report
 
-    with _source(args) as conn:
-        print(status_report(conn))
-    return 0
+    settings = _settings(args)
+    problems = []
+    if settings.source.replica_dsn is not None:
+        try:
+            with connect(settings.source.replica_dsn, role="source.replica_dsn") as replica:
+                if not replica.execute("select pg_is_in_recovery()").fetchone()[0]:
+                    problems.append("source.replica_dsn is not a hot standby (it was promoted?); point it at a "
+                                    "standby of source.dsn, or remove it")
+        except SourceError as exc:
+            problems.append(f"the replica cannot be reached: {exc}")
+    with connect(settings.source.dsn) as conn:
+        report, healthy = status_report(conn, problems)
+    print(report)
+    return 0 if healthy else 1
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -159,7 +172,7 @@ def cmd_reset_watermark(args: argparse.Namespace) -> int:
     from pgcdc.ingest import resync
 
     settings = _settings(args)
-    reports = resync(settings, settings.tables)
+    reports = resync(settings, settings.tables, restored=True)
     print(f"reset {len(reports)} table(s) of consumer {settings.consumer} to the database as it is now "
           "(each copied again, new watermark); continue with `pgcdc ingest`")
     return 0
@@ -219,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
         "after a database restore or a failover to a lagging standby: copy every synced table again")
     p = add("verify", cmd_verify, "compare Delta tables with PostgreSQL row by row (exit 1 if any differs)")
     p.add_argument("tables", nargs="*", metavar="TABLE", help="default: the configured (or all attached) tables")
-    add("status", cmd_status, "show whether capture and sync are healthy")
+    add("status", cmd_status, "show whether capture and sync are healthy (exit 1: attention needed)")
     demo = add("demo", cmd_demo, "run the whole path on a throwaway local PostgreSQL and Delta folder")
     demo.add_argument("--lake", default=".demo/lake", help="folder for the demo's Delta tables (recreated)")
     return parser

@@ -87,7 +87,7 @@ def run_demo(lake: Path = Path(".demo/lake")) -> None:
                              select_tables(conn, []))
             for r in results:
                 say(r.line())
-            print(status_report(conn))
+            print(status_report(conn)[0])
             if not all(r.equal for r in results):
                 raise PgcdcError("demo failed: Delta differs from PostgreSQL")
     finally:

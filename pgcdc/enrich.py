@@ -294,10 +294,34 @@ def fetch_rows(conn: psycopg.Connection, t: AttachedTable, columns: list[Column]
         return None
 
 
+REPLAY_WAIT_SECONDS = 60
+
+
+def replayed_at_least(lsn: str, seconds: float = REPLAY_WAIT_SECONDS) -> str:
+    """SQL a reading connection runs first: on a standby, wait until it has replayed the WAL up
+    to `lsn` (where the batch was planned), failing clearly after `seconds`. Another standby
+    behind a load balancer may be behind the one the batch was planned on; rows read there
+    could be older than the batch's events. A primary has every change: no wait."""
+    if not re.fullmatch(r"[0-9A-F]{1,8}/[0-9A-F]{1,8}", lsn):
+        raise ValueError(f"not a WAL position: {lsn!r}")
+    steps = max(1, int(seconds / 0.05))
+    return (f"DO $pgcdc$ BEGIN FOR i IN 1..{steps} LOOP "
+            f"EXIT WHEN NOT pg_catalog.pg_is_in_recovery() OR pg_catalog.pg_last_wal_replay_lsn() >= '{lsn}'; "
+            f"PERFORM pg_catalog.pg_sleep(0.05); END LOOP; "
+            f"IF pg_catalog.pg_is_in_recovery() AND pg_catalog.pg_last_wal_replay_lsn() < '{lsn}' THEN "
+            f"RAISE EXCEPTION 'pgcdc: this standby replayed only up to %, the batch was planned at {lsn}; it is "
+            f"more than {seconds:.0f} s behind: point source.replica_dsn at one standby, or fix its replication', "
+            f"pg_catalog.pg_last_wal_replay_lsn(); END IF; END $pgcdc$")
+
+
 def read_batch(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],
-               batch: Batch, partitions: int) -> BatchRead:
-    """The batch's keys with their current rows (batch_query), read in `partitions` shares."""
+               batch: Batch, partitions: int, replayed: str | None = None) -> BatchRead:
+    """The batch's keys with their current rows (batch_query), read in `partitions` shares;
+    `replayed`: the WAL position of the standby the batch was planned on, which every
+    reading connection must have reached (replayed_at_least)."""
     url, props = _props(jdbc)
+    if replayed is not None:
+        props["sessionInitStatement"] = replayed_at_least(replayed)
     frame = spark.read.jdbc(url, f"({batch_query(t, columns, batch)}) pgcdc_q", predicates=shares(t, partitions),
                             properties=props)
     return BatchRead(frame, list(t.key_columns))

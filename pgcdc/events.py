@@ -32,6 +32,7 @@ class Snapshot:
     xmax: int
     in_progress: tuple[int, ...]  # empty on a hot standby, where it cannot be trusted
     standby: bool
+    replayed: str | None = None  # on a standby: the WAL position it had replayed (pg_lsn text)
 
 
 @dataclass(frozen=True)
@@ -73,11 +74,11 @@ class Batch:
 
 def take_snapshot(conn: psycopg.Connection) -> Snapshot:
     """Read txmin (and, on a primary, the in-progress txids) in the current transaction."""
-    txmin, xmax, xip, standby = conn.execute(
+    txmin, xmax, xip, standby, replayed = conn.execute(
         "select pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint, "
-        "array(select x::text::bigint from pg_snapshot_xip(s) x), pg_is_in_recovery() "
-        "from pg_current_snapshot() s").fetchone()
-    return Snapshot(txmin, xmax, () if standby else tuple(xip), standby)
+        "array(select x::text::bigint from pg_snapshot_xip(s) x), pg_is_in_recovery(), "
+        "pg_last_wal_replay_lsn()::text from pg_current_snapshot() s").fetchone()
+    return Snapshot(txmin, xmax, () if standby else tuple(xip), standby, replayed if standby else None)
 
 
 def _ranges_between_gaps(txids: list[int], snap: Snapshot) -> TxidSet:

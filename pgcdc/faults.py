@@ -1,6 +1,7 @@
 """Failpoints: named places where tests crash the job (or act as another writer would).
 
-PGCDC_FAILPOINT=<name> kills the process at that place, as a crash would; tests that
+PGCDC_FAILPOINT=<name> kills the process at that place, as a crash would (PGCDC_FAILPOINT_PASS=<n>:
+the n+1-th time it gets there); tests that
 run in-process replace `failpoint` instead. Call it as `faults.failpoint(...)` so the
 replacement is seen.
 """
@@ -15,7 +16,14 @@ FAILPOINTS = ("before-merge", "before-commit", "before-copy-commit", "after-merg
               "after-state-file")
 
 
+_passed = 0
+
+
 def failpoint(name: str) -> None:
-    """Kill the process here if PGCDC_FAILPOINT names this place."""
+    """Kill the process here if PGCDC_FAILPOINT names this place, once it has been passed
+    PGCDC_FAILPOINT_PASS times (default 0: the first time)."""
+    global _passed
     if os.environ.get("PGCDC_FAILPOINT") == name:
-        os._exit(99)
+        if _passed >= int(os.environ.get("PGCDC_FAILPOINT_PASS", "0")):
+            os._exit(99)
+        _passed += 1

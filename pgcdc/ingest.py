@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -22,8 +22,8 @@ from pgcdc.deltalog import table_schema
 from pgcdc.jvm import in_background
 from pgcdc.errors import BusyError, TableError, TargetError
 from pgcdc.settings import Settings
-from pgcdc.state import (ConsumerState, committed_batch, load_state, local_folder, mirror_state,
-                         read_state_file, write_state_file)
+from pgcdc.state import (ConsumerState, committed_batch, committing_batch, load_state, local_folder,
+                         mark_committing, mirror_state, read_state_file, write_state_file)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -55,17 +55,6 @@ class TableReport:
                 f"-> {self.path}")
 
 
-def system_id(conn: psycopg.Connection) -> str:
-    """The cluster's system identifier: a pg_dump/pg_restore into another cluster changes it
-    (and makes stored txids meaningless). A hot standby shares its primary's."""
-    try:
-        return str(conn.execute("select system_identifier from pg_control_system()").fetchone()[0])
-    except psycopg.errors.InsufficientPrivilege:
-        raise TargetError("the source role may not call pg_control_system(); grant it: "
-                          "GRANT pg_monitor TO <role> (or GRANT EXECUTE ON FUNCTION pg_control_system() TO <role>)"
-                          ) from None
-
-
 def select_tables(conn: psycopg.Connection, names: list[str]) -> list[AttachedTable]:
     """The attached tables to sync: the configured ones (all must be attached), else all."""
     attached = capture.list_attached(conn)
@@ -92,25 +81,40 @@ class Job:
         self.reader_role = "source.replica_dsn" if settings.source.replica_dsn else "source.dsn"
 
     @contextmanager
-    def source(self, names: list[str]) -> Iterator[tuple[psycopg.Connection, psycopg.Connection,
-                                                         list[AttachedTable], dict[str, str], str]]:
-        """Connections (primary, reader) with the consumer's lock held, the tables, JDBC options, system id."""
+    def source(self, names: list[str], restored: bool = False) -> Iterator[tuple[psycopg.Connection, psycopg.Connection,
+                                                                          list[AttachedTable], dict[str, str], str]]:
+        """Connections (primary, reader) with the consumer's lock held, the tables, JDBC options and
+        the database's identity. Refuses a queue restored from another database unless `restored`
+        (reset-watermark), which clears it first."""
         with connect(self.settings.source.dsn) as primary, \
                 connect(self.reader_dsn, role=self.reader_role) as reader:
             capture.require_schema(primary)
             self.lock(primary)
+            if restored:
+                deleted = capture.adopt_identity(primary)
+                if deleted is not None:
+                    self.say(f"queue: deleted {deleted} events of the database this one was restored from")
+            capture.check_identity(primary)
             tables = select_tables(primary, names)
-            yield (primary, reader, tables, jdbc_options(reader),
-                   system_id(reader))
+            yield primary, reader, tables, jdbc_options(reader), capture.identity(reader)
 
     def run(self) -> list[TableReport]:
         with self.source(self.settings.tables) as (primary, reader, tables, jdbc, sysid):
             if not tables:
                 self.say("no tables attached; run `pgcdc attach SCHEMA.TABLE` first")
                 return []
-            reports = [self.sync_table(primary, reader, jdbc, sysid, t) for t in tables]
-            for action, part in capture.maintain(primary):
-                self.say(f"queue: {action} {part}")
+            with reader.transaction():
+                start = events.take_snapshot(reader)
+            record_run(primary, self.settings.consumer, started=True)
+            try:
+                reports = [self.sync_table(primary, reader, jdbc, sysid, t) for t in tables]
+                for action, part in capture.maintain(primary):
+                    self.say(f"queue: {action} {part}")
+            except BaseException as exc:
+                with suppress(psycopg.Error):  # (the connection may be what failed)
+                    record_run(primary, self.settings.consumer, error=_first_line(exc))
+                raise
+            record_run(primary, self.settings.consumer, start_txmin=start.txmin)
         return reports
 
     def sync_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
@@ -168,7 +172,8 @@ class Job:
                 state = _moved(state, batch)
             else:
                 row_bytes = table_bytes / max(rows, 1)  # (reltuples is -1 before the first analyze)
-                state = self.apply_batch(primary, reader, jdbc, t, columns, batch, row_bytes, state, path, report)
+                state = self.apply_batch(primary, reader, jdbc, t, columns, batch, snap, row_bytes, state, path,
+                                         report)
             if batch.caught_up or batch.next_txid >= self.horizon(start):
                 break
         return self.finish(primary, reader, state, path, report)
@@ -224,16 +229,18 @@ class Job:
             applied = events.visible_at_or_above(reader, t.table_id, snap)
             state = ConsumerState(self.settings.consumer, t.name, t.table_id, sysid, snap.txmin,
                                   batch=last_batch).next(snap.txmin, applied)
+            mark_committing(primary, state, path)  # after the snapshot the copy reads
             faults.failpoint("before-copy-commit")
             written = apply.overwrite(self.spark, path, rows, state)
         self.committed(primary, path, state)
         report.copied = written.upserted
         return state
 
-    def resync(self, names: list[str]) -> list[TableReport]:
-        """Copy the given tables again from scratch (after a detach/attach, a restore or a schema change)."""
+    def resync(self, names: list[str], restored: bool = False) -> list[TableReport]:
+        """Copy the given tables again from scratch (after a detach/attach, a restore or a schema
+        change); `restored`: after a restore, which first clears a queue restored from another database."""
         s = self.settings
-        with self.source(names) as (primary, reader, tables, jdbc, sysid):
+        with self.source(names, restored) as (primary, reader, tables, jdbc, sysid):
             reports = []
             for t in tables:
                 path = apply.target_path(s.target.root, t.name)
@@ -257,7 +264,7 @@ class Job:
                             "wait for it to finish (runs of one consumer never overlap)")
 
     def apply_batch(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
-                    t: AttachedTable, columns: list[enrich.Column], batch: events.Batch,
+                    t: AttachedTable, columns: list[enrich.Column], batch: events.Batch, snap: events.Snapshot,
                     row_bytes: float, state: ConsumerState, path: str,
                     report: TableReport) -> ConsumerState:
         """Apply one batch. The keys of one up to `driver_keys` keys are read into the driver,
@@ -285,7 +292,7 @@ class Job:
         # skipped; the driver takes them from the keys it reads
         bounds = enrich.key_bounds(reader, t, batch) if keys is None else None
         try:
-            read = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions)
+            read = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions, snap.replayed)
             added = apply.check_schema(table_schema(self.spark, path), read.schema, path, t.name)
             if added:
                 apply.add_columns(self.spark, path, read.schema, added)
@@ -293,7 +300,8 @@ class Job:
             new_state = batch.next_state(state)
             faults.failpoint("before-merge")
             local_rows = (lambda: driver_write.arrow_rows(rows.result(), read.schema)) if rows is not None else None
-            written = apply.merge(self.spark, path, read, new_state, bounds, keys, local_rows)
+            written = apply.merge(self.spark, path, read, new_state, lambda: mark_committing(primary, new_state, path),
+                                  bounds, keys, local_rows)
         finally:
             # the reader connection is free again before anything else uses it
             wait([f for f in (rows, key_read) if f is not None])
@@ -312,23 +320,30 @@ class Job:
         faults.failpoint("after-state-file")
         mirror_state(primary, state, path)
 
-    def check_state(self, primary: psycopg.Connection, state: ConsumerState, sysid: str, t: AttachedTable,
+    def check_state(self, primary: psycopg.Connection, state: ConsumerState, identity: str, t: AttachedTable,
                     path: str) -> None:
         """Refuse a state that does not belong to this database as it is now (see docs/operations.md)."""
-        if state.system_id != sysid:
-            raise TargetError(f"{path} was synced from another PostgreSQL cluster (system id {state.system_id}, now "
-                              f"{sysid}); after a restore txids restart, so its watermark means nothing here: "
+        # states written before identities included the database hold the system identifier alone
+        current = identity if "/" in state.system_id else identity.split("/")[0]
+        if state.system_id != current:
+            raise TargetError(f"{path} was synced from another database (identity {state.system_id}, now "
+                              f"{current}): after a restore txids restart, so its watermark means nothing here: "
                               f"run `pgcdc reset-watermark` (or `pgcdc resync {t.name}`)")
+        regressed = ("it was restored from an earlier backup (or failed over to a standby that was behind), and "
+                     "changes Delta holds may be gone from it; run `pgcdc reset-watermark` to copy the tables again "
+                     "from the database as it is now")
         # the next txid the primary hands out: a watermark above it means the database went back in time
         next_txid = int(primary.execute("select pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0])
         if state.watermark > next_txid:
             raise TargetError(f"{path} holds changes up to txid {state.watermark}, but the database is only at txid "
-                              f"{next_txid}: it was restored from an earlier backup (or failed over to a "
-                              "standby that was behind), and changes Delta holds are gone from it; run "
-                              "`pgcdc reset-watermark` to copy the tables again from the database as it is now")
+                              f"{next_txid}: {regressed}")
         if state.table_id != t.table_id:
             raise TargetError(f"{t.name} was detached and attached again since {path} was last synced; changes in "
                               f"between were not captured: run `pgcdc resync {t.name}`")
+        known, committing = committing_batch(primary, state.consumer, t.table_id)
+        if not known or (committing is not None and committing < state.batch):
+            raise TargetError(f"{path} holds batch {state.batch} of consumer {state.consumer}, which the database "
+                              f"has no record of: {regressed}")
 
     def pending(self, reader: psycopg.Connection, state: ConsumerState) -> int:
         """Events of the table not applied yet (above the watermark, outside the out-of-order set)."""
@@ -336,6 +351,25 @@ class Job:
                               "where q.table_id = %s and q.txid >= %s::text::xid8 group by 1",
                               (state.table_id, str(state.watermark))).fetchall()
         return sum(n for txid, n in rows if txid not in state.out_of_order)
+
+
+def record_run(primary: psycopg.Connection, consumer: str, *, started: bool = False, error: str | None = None,
+               start_txmin: int | None = None) -> None:
+    """Record in PostgreSQL that a run of the consumer started, failed (`error`) or succeeded
+    (having started at `start_txmin`), for `pgcdc status`."""
+    if started:
+        primary.execute("insert into pgcdc.consumer_run (consumer, started_at) values (%s, now()) "
+                        "on conflict (consumer) do update set started_at = now()", (consumer,))
+        return
+    primary.execute("update pgcdc.consumer_run set finished_at = now(), ok = %s, error = %s, "
+                    "start_txmin = coalesce(%s::text::xid8, start_txmin) where consumer = %s",
+                    (error is None, error, None if start_txmin is None else str(start_txmin), consumer))
+
+
+def _first_line(exc: BaseException) -> str:
+    """What `pgcdc status` shows of a failed run: the error's first line, its type if empty."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__
 
 
 def _moved(state: ConsumerState, batch: events.Batch | None) -> ConsumerState:
@@ -352,8 +386,8 @@ def run(settings: Settings, spark: "SparkSession | None" = None, say: Callable[[
 
 
 def resync(settings: Settings, tables: list[str], spark: "SparkSession | None" = None,
-           say: Callable[[str], None] = print) -> list[TableReport]:
-    """Copy tables again from scratch into their Delta tables."""
+           say: Callable[[str], None] = print, restored: bool = False) -> list[TableReport]:
+    """Copy tables again from scratch into their Delta tables (see Job.resync)."""
     from pgcdc.spark import get_session
 
-    return Job(settings, spark or get_session(settings.spark), say).resync(tables)
+    return Job(settings, spark or get_session(settings.spark), say).resync(tables, restored)

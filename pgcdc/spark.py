@@ -31,10 +31,10 @@ MIN_JAVA = 17
 # system Delta's default store also commits by "fail if the version exists, then rename";
 # this one also serializes commits within one JVM), and Spark's FileSystem-based
 # write-then-rename for Delta's checksum files (this one for every scheme; it is Spark's own
-# fallback where a file system has no FileContext).
+# fallback where a file system has no FileContext). Commits to local tables go through
+# pgcdc's log store (pgcdc.logstore), whose put-if-absent holds across processes.
 LOCAL_FILES_CONF = {
     "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
-    "spark.delta.logStore.file.impl": "org.apache.spark.sql.delta.storage.LocalLogStore",
     "spark.sql.streaming.checkpointFileManagerClass":
         "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager",
 }
@@ -88,16 +88,51 @@ def get_session(settings: SparkSettings | None = None, app_name: str = "pgcdc") 
         if "Delta" not in session.conf.get("spark.sql.extensions", ""):
             raise SetupError("spark-submit was started without Delta; pass --properties-file conf/spark-defaults.conf "
                              "(it sets spark.jars.packages and the Delta extension)")
+        _check_log_store(session)
         return session
     check_java()
     settings = settings or SparkSettings()
     builder = SparkSession.builder.master(settings.master).appName(app_name)
-    for key, value in (DEFAULT_CONF | settings.conf).items():
+    for key, value in (DEFAULT_CONF | _log_store_conf(settings.conf) | settings.conf).items():
         builder = builder.config(key, value)
     builder = configure_spark_with_delta_pip(builder, extra_packages=[POSTGRES_JDBC])
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def _log_store_conf(user: dict[str, str]) -> dict[str, str]:
+    """Confs that make local tables commit through pgcdc's log store (built on first use).
+    Without a JDK it cannot be built: Delta's LocalLogStore then serves, safe only while no
+    other Spark application commits to the same tables; pgcdc says so."""
+    import sys
+
+    from pgcdc import logstore
+
+    try:
+        jar = str(logstore.build())
+    except SetupError as exc:
+        print(f"pgcdc: warning: {exc}; local tables commit through Delta's LocalLogStore, which is safe only while "
+              "no other Spark application commits to them", file=sys.stderr)
+        return {"spark.delta.logStore.file.impl": "org.apache.spark.sql.delta.storage.LocalLogStore"}
+    jars = ",".join(filter(None, [user.get("spark.jars"), jar]))
+    return {"spark.delta.logStore.file.impl": logstore.CLASS, "spark.jars": jars}
+
+
+def _check_log_store(session: "SparkSession") -> None:
+    """Under spark-submit: the log store conf/spark-defaults.conf names must be on the classpath."""
+    from py4j.protocol import Py4JJavaError
+
+    from pgcdc import logstore
+
+    if session.conf.get("spark.delta.logStore.file.impl", None) != logstore.CLASS:
+        return
+    try:
+        session._jvm.org.apache.spark.util.Utils.classForName(logstore.CLASS, True, False)
+    except Py4JJavaError:
+        raise SetupError(f"spark-submit cannot load {logstore.CLASS}, which conf/spark-defaults.conf names for local "
+                         'tables; pass --jars "$(python -m pgcdc.logstore)" (it builds the jar and prints its path)'
+                         ) from None
 
 
 if __name__ == "__main__":  # `python -m pgcdc.spark`: resolve the jars once and prove Delta works

@@ -237,3 +237,23 @@ def mirror_state(conn: "psycopg.Connection", state: ConsumerState, target: str) 
         "target = excluded.target, watermark = excluded.watermark, "
         "out_of_order = excluded.out_of_order, batch = excluded.batch, updated_at = now()",
         (state.consumer, state.table_id, target, str(state.watermark), state.out_of_order.encode(), state.batch))
+
+
+def mark_committing(conn: "psycopg.Connection", state: ConsumerState, target: str) -> None:
+    """Record in PostgreSQL that the Delta commit of batch `state.batch` is about to be made,
+    after every row it holds was read. A database that lacks this record later was restored to
+    an earlier point (or failed over to a standby that was behind) and may lack changes Delta
+    holds. A consumer's first copy registers it here, so queue retention counts it from then on."""
+    conn.execute(
+        "insert into pgcdc.consumer_state (consumer, table_id, target, watermark, batch, committing) "
+        "values (%s, %s, %s, %s::text::xid8, 0, %s) on conflict (consumer, table_id) do update "
+        "set committing = greatest(pgcdc.consumer_state.committing, excluded.committing)",
+        (state.consumer, state.table_id, target, str(state.watermark), state.batch))
+
+
+def committing_batch(conn: "psycopg.Connection", consumer: str, table_id: int) -> tuple[bool, int | None]:
+    """(whether PostgreSQL knows the consumer's table, the highest batch whose commit it recorded
+    as started: None if not recorded yet)."""
+    row = conn.execute("select committing from pgcdc.consumer_state where consumer = %s and table_id = %s",
+                       (consumer, table_id)).fetchone()
+    return (False, None) if row is None else (True, row[0])

@@ -43,12 +43,71 @@ def consumer_rows(conn: psycopg.Connection) -> list[tuple[str, str, int, int, da
         "join pg_class c on c.oid = a.relid join pg_namespace n on n.oid = c.relnamespace order by 1, 2").fetchall()
 
 
-def status_report(conn: psycopg.Connection) -> str:
-    """Text report: a verdict line, capture per table, consumers per table, queue size."""
+def _capture_problems(conn: psycopg.Connection) -> list[str]:
+    """Attached tables whose capture triggers are missing or disabled: their changes are not queued."""
+    rows = conn.execute(
+        "select format('%I.%I', n.nspname, c.relname), "
+        "  count(t.oid) filter (where t.tgenabled <> 'D'), count(t.oid) filter (where t.tgenabled = 'D'), "
+        "  a.predicate is null "
+        "from pgcdc.attached a join pg_class c on c.oid = a.relid join pg_namespace n on n.oid = c.relnamespace "
+        "left join pg_trigger t on t.tgrelid = a.relid and t.tgname in "
+        "  ('pgcdc_capture_ins', 'pgcdc_capture_upd', 'pgcdc_capture_pk', 'pgcdc_capture_del', 'pgcdc_capture_trunc') "
+        "group by 1, a.predicate order by 1").fetchall()
+    problems = []
+    for table, enabled, disabled, has_pk_trigger in rows:
+        expected = 5 if has_pk_trigger else 4
+        if disabled:
+            problems.append(f"capture of {table} is disabled (ALTER TABLE ... DISABLE TRIGGER): its changes are not "
+                            f"queued; enable the pgcdc_capture_* triggers again and run `pgcdc resync {table}`")
+        elif enabled < expected:
+            problems.append(f"capture triggers of {table} are missing: its changes are not queued; run "
+                            f"`pgcdc attach {table}` and `pgcdc resync {table}`")
+    return problems
+
+
+def _run_problems(conn: psycopg.Connection) -> list[str]:
+    """Consumers whose last run failed or never finished, and tables a successful run left behind."""
+    problems = []
+    runs = conn.execute(
+        "select r.consumer, r.started_at, r.finished_at, r.ok, r.error, r.start_txmin::text::bigint, "
+        "  pg_try_advisory_lock(hashtext('pgcdc.ingest'), hashtext(r.consumer)) "
+        "from pgcdc.consumer_run r order by 1").fetchall()
+    for consumer, started, finished, ok, error, start_txmin, free in runs:
+        if free:
+            conn.execute("select pg_advisory_unlock(hashtext('pgcdc.ingest'), hashtext(%s))", (consumer,))
+        if free and (finished is None or finished < started):
+            problems.append(f"the last ingest of consumer {consumer} (started {_age(started)} ago) did not finish: "
+                            "it was killed or lost its connection; run `pgcdc ingest` (it resumes safely)")
+        elif ok is False and (finished is not None and finished >= started):
+            problems.append(f"the last ingest of consumer {consumer} failed {_age(finished)} ago: {error}; fix that "
+                            "and run `pgcdc ingest`")
+        if start_txmin is None:
+            continue
+        behind = conn.execute(
+            "select format('%%I.%%I', n.nspname, c.relname) from pgcdc.consumer_state s "
+            "join pgcdc.attached a using (table_id) join pg_class c on c.oid = a.relid "
+            "join pg_namespace n on n.oid = c.relnamespace "
+            "where s.consumer = %s and s.batch > 0 and s.watermark < %s::text::xid8 order by 1",
+            (consumer, str(start_txmin))).fetchall()
+        for (table,) in behind:
+            problems.append(f"consumer {consumer} is stuck on {table}: its last successful run left changes below "
+                            f"txid {start_txmin} unapplied; run `pgcdc resync {table}` and report it as a bug")
+    return problems
+
+
+def status_report(conn: psycopg.Connection, problems: list[str] | None = None) -> tuple[str, bool]:
+    """Text report and whether all is well: a verdict line, capture per table, consumers per
+    table, queue size. `problems` found by the caller (an unreachable replica) join the verdict."""
     tables = capture.stats(conn)
     partitions, size = capture.queue_size(conn)
     lines: list[str] = []
-    problems = []
+    problems = list(problems or [])
+    recorded, current = capture.recorded_identity(conn), capture.identity(conn)
+    if recorded is not None and recorded != current:
+        problems.append(f"this database was restored from another one (pgcdc was installed in {recorded}, this is "
+                        f"{current}): queued events and watermarks are void; run `pgcdc reset-watermark`")
+    problems += _capture_problems(conn)
+    problems += _run_problems(conn)
     never = [t.table_name for t in tables if t.consumers == 0]
     if never:
         problems.append(f"never synced: {', '.join(never)} (run `pgcdc ingest`)")
@@ -78,4 +137,4 @@ def status_report(conn: psycopg.Connection) -> str:
         rows = [("consumer", "table", "watermark", "batch", "last sync", "delta table")]
         rows += [(c, t, str(w), str(b), _age(at) + " ago", path) for c, t, w, b, at, path in consumers]
         lines += table_lines(rows)
-    return "\n".join(lines)
+    return "\n".join(lines), not problems

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Install everything pgcdc needs on a fresh Debian-like machine; safe to re-run.
 #   - Python 3.11+ virtualenv in .venv with pgcdc (editable) and the test tools
-#   - Java 17+ (installed from Debian if missing and we are root)
+#   - Java 17+ JDK (installed from Debian if missing and we are root)
 #   - PostgreSQL server binaries (Debian's postgresql package if missing; no cluster is created)
 #   - Spark's Delta Lake and PostgreSQL JDBC jars, resolved once from Maven Central into the Ivy cache
+#   - pgcdc's Delta log store for local tables, compiled once with javac (~/.cache/pgcdc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,9 +23,10 @@ PY=${PYTHON:-python3}
   || die "Python 3.11+ is required (found: $("$PY" --version 2>&1 || echo none)); set PYTHON=/path/to/python3.11"
 
 java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1; }
-if ! command -v java >/dev/null || [ "$(java_major)" -lt 17 ]; then
-  say "Java 17+ not found; installing openjdk-17-jre-headless"
-  apt_install openjdk-17-jre-headless
+# a JDK, not just a runtime: javac builds pgcdc's Delta log store (pgcdc/logstore.py)
+if ! command -v java >/dev/null || [ "$(java_major)" -lt 17 ] || ! command -v javac >/dev/null; then
+  say "Java 17+ JDK not found; installing openjdk-17-jdk-headless"
+  apt_install openjdk-17-jdk-headless
 fi
 say "java $(java_major) ok"
 
@@ -52,3 +54,5 @@ say "python packages ok"
 say "resolving Spark jars (Delta Lake, PostgreSQL JDBC); downloads only on the first run"
 .venv/bin/python -m pgcdc.spark >/dev/null 2>.venv/jars.log || { tail -n 20 .venv/jars.log >&2; die "could not start Spark with Delta (log: .venv/jars.log)"; }
 say "spark + delta ok"
+.venv/bin/python -m pgcdc.logstore >/dev/null || die "could not build pgcdc's Delta log store (pgcdc/logstore.py)"
+say "pgcdc log store ok"

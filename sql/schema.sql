@@ -3,7 +3,9 @@
 
 create schema if not exists pgcdc;
 
--- Key/value facts about the installation (schema_version, partition_size).
+-- Key/value facts about the installation (schema_version, partition_size, identity: the
+-- "<system identifier>/<database oid>" of the database the queue's txids belong to; a
+-- dump restored elsewhere, or into a new database, carries a stale one).
 create table if not exists pgcdc.meta (
     key   text primary key,
     value text not null
@@ -50,4 +52,20 @@ create table if not exists pgcdc.consumer_state (
     batch        bigint not null,         -- Delta txn version of the last applied batch
     updated_at   timestamptz not null default now(),
     primary key (consumer, table_id)
+);
+
+-- The highest batch number whose Delta commit a consumer started, written before that commit:
+-- a database that lacks it (restored to an earlier point, failed over to a standby that was
+-- behind) is refused before anything is written. Null: not known yet (written by the next batch).
+alter table pgcdc.consumer_state add column if not exists committing bigint;
+
+-- Each consumer's last ingest run, for `pgcdc status`: a run that failed or never finished,
+-- and the txmin it started with (every table's watermark must reach it when the run succeeds).
+create table if not exists pgcdc.consumer_run (
+    consumer    text primary key,
+    started_at  timestamptz not null,
+    finished_at timestamptz,
+    ok          boolean,
+    error       text,
+    start_txmin xid8
 );

@@ -186,7 +186,7 @@ def test_reinstall_is_idempotent_and_keeps_attachments_and_events(db: psycopg.Co
     db.execute("create table t (id int primary key)")
     capture.attach(db, "t", shard=3)
     db.execute("insert into t values (1)")
-    assert capture.install(db) == (1, 1)
+    assert capture.install(db) == (capture.SCHEMA_VERSION, capture.SCHEMA_VERSION)
     db.execute("insert into t values (2)")
     assert [t.shard for t in capture.list_attached(db)] == [3]
     assert db.execute("select array_agg(keys[1] order by txid), array_agg(distinct shard) "
@@ -291,7 +291,7 @@ def test_cli_attach_list_status(db: psycopg.Connection, dsn: str, tmp_path: Path
     db.execute("insert into orders values (1, 'a'), (2, 'b')")
     assert main(["--config", str(cfg), "list"]) == 0
     assert "public.orders  id   status <> 'x'  2" in capsys.readouterr().out
-    assert main(["--config", str(cfg), "status"]) == 0
+    assert main(["--config", str(cfg), "status"]) == 1  # attention needed: a scheduler sees it too
     out = capsys.readouterr().out
     assert "public.orders" in out and "never synced: public.orders" in out and out.startswith("status: ATTENTION")
     assert main(["--config", str(cfg), "attach", "missing_table"]) == 2
@@ -318,7 +318,7 @@ def test_cli_install_detach_uninstall(conn: psycopg.Connection, dsn: str, tmp_pa
     cfg.write_text(f"[source]\ndsn = \"{dsn}\"\n[target]\nroot = \"{tmp_path}\"\n")
     run = lambda *a: main(["--config", str(cfg), *a])  # noqa: E731
     assert run("install") == 0
-    assert "installed pgcdc schema version 1" in capsys.readouterr().out
+    assert f"installed pgcdc schema version {capture.SCHEMA_VERSION}" in capsys.readouterr().out
     assert run("install") == 0
     assert "already installed" in capsys.readouterr().out
     conn.execute("create table t (id int primary key)")

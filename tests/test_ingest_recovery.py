@@ -50,6 +50,10 @@ def test_killed_after_merge_then_rerun_applies_each_change_once(db: psycopg.Conn
     proc = subprocess.run([sys.executable, "-m", "pgcdc", "--config", str(cfg), "ingest"], env=env,
                           capture_output=True, text=True)
     assert proc.returncode == 99, proc.stderr[-2000:]  # died right after the Delta commit
+    status = subprocess.run([sys.executable, "-m", "pgcdc", "--config", str(cfg), "status"],
+                            capture_output=True, text=True)
+    assert status.returncode == 1 and "the last ingest of consumer test" in status.stdout
+    assert "did not finish: it was killed" in status.stdout
     assert syncer.delta("public.t").count() == 2  # the MERGE was committed ...
     with psycopg.connect(syncer.dsn) as c:  # ... but neither the state file nor the mirror were written
         assert c.execute("select batch from pgcdc.consumer_state").fetchone()[0] == 1
@@ -59,8 +63,11 @@ def test_killed_after_merge_then_rerun_applies_each_change_once(db: psycopg.Conn
     # the re-run goes through spark-submit, the entry point users schedule
     venv_bin = str(Path(sys.executable).parent)
     env = os.environ | {"PATH": venv_bin + os.pathsep + os.environ["PATH"], "PYSPARK_PYTHON": sys.executable}
+    from pgcdc import logstore
+
     proc = subprocess.run([shutil.which("spark-submit", path=venv_bin), "--properties-file", "conf/spark-defaults.conf",
-                           "jobs/ingest.py", "--config", str(cfg)], capture_output=True, text=True, env=env,
+                           "--jars", str(logstore.build()), "jobs/ingest.py", "--config", str(cfg)],
+                          capture_output=True, text=True, env=env,
                           cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "public.t: 1 events in 1 batches, 1 upserted, 0 deleted" in proc.stdout
@@ -221,7 +228,7 @@ def test_restore_into_another_cluster_is_detected(db: psycopg.Connection, syncer
     state = json.loads(state_file.read_text())
     state["system_id"] = "12345"  # as if the Delta table had been synced from the cluster before a restore
     state_file.write_text(json.dumps(state))
-    with pytest.raises(TargetError, match=r"synced from another PostgreSQL cluster .*run `pgcdc reset-watermark` \(or `pgcdc resync public.t`\)"):
+    with pytest.raises(TargetError, match=r"synced from another database .*run `pgcdc reset-watermark` \(or `pgcdc resync public.t`\)"):
         syncer.run()
 
 

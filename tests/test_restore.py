@@ -6,6 +6,7 @@ a point, later started as a primary while Delta already holds changes made after
 
 from __future__ import annotations
 
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from pgcdc import capture, cli
 from pgcdc.errors import TargetError
-from pgcdc.localpg import LocalPostgres
+from pgcdc.localpg import LocalPostgres, find_bindir
 
 from fixtures.ingest import Syncer
 from fixtures.pg import wait_for_replay
@@ -43,6 +44,10 @@ def test_restore_to_an_earlier_point_is_refused_until_reset_watermark(
         restored = Syncer(syncer.spark, backup.dsn(dbname), syncer.root)
         with psycopg.connect(restored.dsn, autocommit=True) as r:
             r.execute("update t set v = 'after the restore' where id = 1")
+            for _ in range(60):  # new traffic pushes the next txid past Delta's watermark
+                r.execute("select pg_current_xact_id()")
+            assert int(r.execute("select pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0]) > \
+                Syncer.watermark(syncer, "public.t")
         commits = syncer.commits("public.t")
 
         with pytest.raises(TargetError, match="restored from an earlier backup.*pgcdc reset-watermark"):
@@ -61,3 +66,50 @@ def test_restore_to_an_earlier_point_is_refused_until_reset_watermark(
         restored.assert_equal("public.t")
     finally:
         backup.stop(remove=True)
+
+
+def test_dump_restored_into_the_same_cluster_is_refused_until_reset_watermark(
+        db: psycopg.Connection, syncer, pg_server, dsn: str, tmp_path: Path, capsys) -> None:
+    """pg_dump, later writes Delta syncs, then the dump restored into a new database of the same
+    cluster: the restored queue holds events of the old history, txids are handed out again."""
+    db.execute("create table t (id int primary key, v text)")
+    db.execute("insert into t select i, 'a' from generate_series(1, 10) i")
+    capture.attach(db, "t")
+    syncer.run()
+    dump = tmp_path / "db.dump"
+    bindir = find_bindir()
+    subprocess.run([str(bindir / "pg_dump"), "-Fc", "-f", str(dump), "-d", dsn], check=True)
+    db.execute("insert into t select i, 'lost in the restore' from generate_series(100, 149) i")
+    syncer.run()
+    name = conninfo_to_dict(dsn)["dbname"] + "_restored"
+    with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:
+        admin.execute(f'create database "{name}"')
+    try:
+        subprocess.run([str(bindir / "pg_restore"), "-d", pg_server.dsn(name), str(dump)], check=True)
+        restored = Syncer(syncer.spark, pg_server.dsn(name), syncer.root)
+        commits = syncer.commits("public.t")
+        with pytest.raises(TargetError, match="restored from another database.*pgcdc reset-watermark"):
+            restored.run()
+        assert syncer.commits("public.t") == commits  # nothing written
+        code = cli.main(["--config", str(_config(restored, tmp_path)), "status"])
+        assert code == 1 and "restored from another one" in capsys.readouterr().out
+
+        assert cli.main(["--config", str(_config(restored, tmp_path)), "reset-watermark"]) == 0
+        out = capsys.readouterr().out
+        assert "queue: deleted" in out and "reset 1 table(s) of consumer test" in out
+        restored.assert_equal("public.t")
+        assert restored.delta("public.t").count() == 10
+        with psycopg.connect(restored.dsn, autocommit=True) as r:  # the new history's txids reach Delta
+            for i in range(30):
+                r.execute("insert into t values (%s, 'new history')", (1000 + i,))
+        assert restored.run()["public.t"].events == 30
+        restored.assert_equal("public.t")
+    finally:
+        with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:
+            admin.execute(f'drop database if exists "{name}" with (force)')
+
+
+def _config(syncer: Syncer, tmp_path: Path) -> Path:
+    cfg = tmp_path / "restored.toml"
+    cfg.write_text(f'consumer = "test"\n[source]\ndsn = "{syncer.dsn}"\n[target]\nroot = "{syncer.root}"\n')
+    return cfg

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import psycopg
+import pytest
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import SecretStr
 
@@ -45,3 +46,26 @@ def test_watermark_never_moves_back_when_a_standby_reports_a_lower_xmin(db: psyc
     ooo = events.plan_batch(db, stale, state, out_of_order=True, max_events=100, max_keys=1000)
     assert ooo is not None and ooo.lo == state.watermark and ooo.events == 1  # only the txid above the watermark
     assert ooo.next_state(state).watermark >= state.watermark
+
+
+def test_reading_connections_wait_until_their_standby_replayed_the_planning_position(
+        db: psycopg.Connection, pg_standby, dsn: str) -> None:
+    """Rows must not be read on a standby that is behind the one a batch was planned on (several
+    standbys behind a load balancer): each JDBC connection first runs this wait."""
+    from pgcdc.enrich import replayed_at_least
+
+    standby_dsn = pg_standby.dsn(conninfo_to_dict(dsn)["dbname"])
+    db.execute("create table t (id int primary key)")
+    wait_for_replay(db, standby_dsn)
+    with psycopg.connect(standby_dsn, autocommit=True) as s:
+        s.execute("select pg_wal_replay_pause()")
+        try:
+            db.execute("insert into t values (1)")
+            ahead = db.execute("select pg_current_wal_insert_lsn()::text").fetchone()[0]
+            with pytest.raises(psycopg.errors.RaiseException, match=f"replayed only up to .*planned at {ahead}"):
+                s.execute(replayed_at_least(ahead, seconds=0.5))
+        finally:
+            s.execute("select pg_wal_replay_resume()")
+        s.execute(replayed_at_least(ahead, seconds=30))  # waits until replay passes it
+        assert s.execute("select count(*) from t").fetchone()[0] == 1
+    db.execute(replayed_at_least(ahead, seconds=0.5))  # a primary has every change: no wait

@@ -1,0 +1,89 @@
+"""Commits to a local table are put-if-absent across processes (pgcdc.logstore)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from pgcdc import logstore
+
+VERSIONS = 15
+
+
+def test_sessions_commit_local_tables_through_pgcdcs_log_store(spark) -> None:
+    assert spark.conf.get("spark.delta.logStore.file.impl") == logstore.CLASS
+    assert str(logstore.build()) in spark.conf.get("spark.jars")
+
+
+# Each application writes commit file `version` of one log through its Delta log store, all at
+# the same moment (released together through a file), and records whether the store said it won.
+_RACER = textwrap.dedent("""
+    import json, sys, time
+    from pathlib import Path
+
+    def race(spark, log_dir, name, versions, out):
+        from pgcdc.jvm import seq
+        jvm = spark._jvm
+        store = jvm.org.apache.spark.sql.delta.storage.DelegatingLogStore(spark._jsc.hadoopConfiguration())
+        conf = spark._jsc.hadoopConfiguration()
+        won = []
+        for v in range(versions):
+            go = Path(log_dir) / f"go-{v}"
+            while not go.exists():
+                time.sleep(0.0005)
+            target = jvm.org.apache.hadoop.fs.Path(f"file://{log_dir}/{v:020d}.json")
+            try:
+                store.write(target, seq(spark, [json.dumps({"commitInfo": {"writer": name}})]).iterator(), False, conf)
+                won.append(v)
+            except Exception as exc:
+                if "FileAlreadyExists" not in str(exc):
+                    raise
+        Path(out).write_text(json.dumps(won))
+""")
+
+
+def test_two_applications_committing_one_version_at_once_have_one_winner(spark, tmp_path: Path) -> None:
+    """Another Spark application (its own JVM) and this one write the same commit version at
+    the same moment, again and again: exactly one may win each version, and the file holds
+    the winner's commit. A store that checks, then renames (Delta's LocalLogStore, whose lock
+    holds within one JVM) lets both win, one commit silently replacing the other."""
+    log_dir = tmp_path / "_delta_log"
+    log_dir.mkdir()
+    ready = tmp_path / "ready"
+    other = _RACER + textwrap.dedent(f"""
+        from pgcdc.spark import get_session
+        spark = get_session()
+        Path({str(ready)!r}).touch()
+        race(spark, {str(log_dir)!r}, "other", {VERSIONS}, {str(tmp_path / "other.json")!r})
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", other], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not ready.exists():
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "the other application did not start"
+        time.sleep(0.05)
+    namespace: dict = {}
+    exec(_RACER, namespace)
+    releaser = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import time
+        from pathlib import Path
+        for v in range({VERSIONS}):
+            time.sleep(0.3)
+            Path({str(log_dir)!r}, f"go-{{v}}").touch()
+    """)])
+    namespace["race"](spark, str(log_dir), "this", VERSIONS, str(tmp_path / "this.json"))
+    releaser.wait()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    this, other_won = (set(json.loads((tmp_path / f"{n}.json").read_text())) for n in ("this", "other"))
+    assert this & other_won == set(), f"both applications won versions {sorted(this & other_won)}"
+    assert this | other_won == set(range(VERSIONS))
+    for v in range(VERSIONS):
+        writer = json.loads((log_dir / f"{v:020d}.json").read_text())["commitInfo"]["writer"]
+        assert writer == ("this" if v in this else "other")
+    assert not list(log_dir.glob(".*.tmp"))  # no temporary file left behind
