@@ -325,7 +325,7 @@ def test_cli_install_detach_uninstall(conn: psycopg.Connection, dsn: str, tmp_pa
     assert run("attach", "t") == 0 and run("detach", "t") == 0
     assert "detached public.t; its changes are no longer captured" in capsys.readouterr().out
     assert run("uninstall") == 2 and "--yes" in capsys.readouterr().err
-    assert capture.installed_version(conn) == 1
+    assert capture.installed_version(conn) == capture.SCHEMA_VERSION
     assert run("uninstall", "--yes") == 0
     assert "pgcdc removed from database" in capsys.readouterr().out
     assert capture.installed_version(conn) is None
