@@ -99,7 +99,7 @@ class Job:
             yield primary, reader, tables, jdbc_options(reader), capture.identity(reader)
 
     def run(self) -> list[TableReport]:
-        with self.source(self.settings.tables) as (primary, reader, tables, jdbc, sysid):
+        with self.source(self.settings.tables) as (primary, reader, tables, jdbc, identity):
             if not tables:
                 self.say("no tables attached; run `pgcdc attach SCHEMA.TABLE` first")
                 return []
@@ -107,7 +107,7 @@ class Job:
                 start = events.take_snapshot(reader)
             record_run(primary, self.settings.consumer, started=True)
             try:
-                reports = [self.sync_table(primary, reader, jdbc, sysid, t) for t in tables]
+                reports = [self.sync_table(primary, reader, jdbc, identity, t) for t in tables]
                 for action, part in capture.maintain(primary):
                     self.say(f"queue: {action} {part}")
             except BaseException as exc:
@@ -118,7 +118,7 @@ class Job:
         return reports
 
     def sync_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
-                   sysid: str, t: AttachedTable) -> TableReport:
+                   identity: str, t: AttachedTable) -> TableReport:
         s = self.settings
         path = apply.target_path(s.target.root, t.name)
         report = TableReport(t.name, path)
@@ -134,12 +134,12 @@ class Job:
                 # Fast path for an idle table: the state file may only lag Delta after a crash
                 # between the commit and the file write, and then the lagging state still sees
                 # the committed batch's events as pending, so it is never idle.
-                self.check_state(primary, quick, sysid, t, path)
+                self.check_state(primary, quick, identity, t, path)
                 return self.finish(primary, reader, _moved(quick, batch), path, report)
         state = load_state(self.spark, path, s.consumer)
         if state is None:
-            state = self.copy_table(primary, reader, jdbc, sysid, t, columns, path, report, 0)
-        self.check_state(primary, state, sysid, t, path)
+            state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, 0)
+        self.check_state(primary, state, identity, t, path)
 
         start: events.Snapshot | None = None
         while True:
@@ -163,7 +163,7 @@ class Job:
                 why = "a TRUNCATE" if batch.truncate else \
                     f"{batch.keys} keys, >= {s.ingest.recopy_fraction:.0%} of ~{rows:.0f} rows"
                 self.say(f"{t.name}: batch holds {why}: copying the table instead of applying the batch")
-                state = self.copy_table(primary, reader, jdbc, sysid, t, columns, path, report, state.batch)
+                state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, state.batch)
                 report.events += batch.events
                 report.batches += 1
             elif batch.events == 0:
@@ -209,7 +209,7 @@ class Job:
         return events.plan_batch(reader, snap, state, out_of_order=s.mode == "out_of_order",
                                  max_events=s.max_events_per_batch, max_keys=s.max_keys_per_batch)
 
-    def copy_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], sysid: str,
+    def copy_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], identity: str,
                    t: AttachedTable, columns: list[enrich.Column], path: str, report: TableReport,
                    last_batch: int) -> ConsumerState:
         """Copy the whole table (first sync or resync), replacing the Delta table's contents.
@@ -227,7 +227,7 @@ class Job:
                                      exported)
             # the transactions at or above txmin whose changes the snapshot shows are copied too
             applied = events.visible_at_or_above(reader, t.table_id, snap)
-            state = ConsumerState(self.settings.consumer, t.name, t.table_id, sysid, snap.txmin,
+            state = ConsumerState(self.settings.consumer, t.name, t.table_id, identity, snap.txmin,
                                   batch=last_batch).next(snap.txmin, applied)
             mark_committing(primary, state, path)  # after the snapshot the copy reads
             faults.failpoint("before-copy-commit")
@@ -240,7 +240,7 @@ class Job:
         """Copy the given tables again from scratch (after a detach/attach, a restore or a schema
         change); `restored`: after a restore, which first clears a queue restored from another database."""
         s = self.settings
-        with self.source(names, restored) as (primary, reader, tables, jdbc, sysid):
+        with self.source(names, restored) as (primary, reader, tables, jdbc, identity):
             reports = []
             for t in tables:
                 path = apply.target_path(s.target.root, t.name)
@@ -250,7 +250,7 @@ class Job:
                 if apply.is_delta(self.spark, path):
                     apply.check_owner(self.spark, path, s.consumer, t.name)
                     last = committed_batch(self.spark, path, s.consumer) or 0
-                state = self.copy_table(primary, reader, jdbc, sysid, t, columns, path, report, last)
+                state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, last)
                 reports.append(self.finish(primary, reader, state, path, report))
         return reports
 
