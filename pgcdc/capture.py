@@ -94,16 +94,31 @@ def recorded_identity(conn: psycopg.Connection) -> str | None:
     return row[0] if row else None
 
 
-def check_identity(conn: psycopg.Connection) -> None:
-    """Refuse a queue restored from another database (pg_dump/pg_restore): its events carry txids
-    of another history, which the new database hands out again."""
+def _record_identity(conn: psycopg.Connection, value: str, replace: bool = False) -> None:
+    """Write the identity the queue's txids belong to (keep one already there unless `replace`)."""
+    conn.execute("insert into pgcdc.meta values ('identity', %s) on conflict (key) do "
+                 + ("update set value = excluded.value" if replace else "nothing"), (value,))
+
+
+def restored_from(conn: psycopg.Connection) -> str | None:
+    """The identity of the database this one was restored from (pg_dump/pg_restore), or None if
+    the queue belongs here. An installation from before identities were recorded adopts this
+    database's now."""
     recorded, current = recorded_identity(conn), identity(conn)
-    if recorded is None:  # installed before identities were recorded
-        conn.execute("insert into pgcdc.meta values ('identity', %s) on conflict do nothing", (current,))
-    elif recorded != current:
+    if recorded is None:
+        _record_identity(conn, current)
+        return None
+    return recorded if recorded != current else None
+
+
+def check_identity(conn: psycopg.Connection) -> None:
+    """Refuse a queue restored from another database: its events carry txids of another
+    history, which the new database hands out again."""
+    other = restored_from(conn)
+    if other is not None:
         raise TargetError(f"database {conn.info.dbname} was restored from another database (pgcdc was installed in "
-                          f"{recorded}, this is {current}): the queued events and every stored watermark belong to "
-                          "the old one; run `pgcdc reset-watermark` to clear the queue and copy the tables again")
+                          f"{other}, this is {identity(conn)}): the queued events and every stored watermark belong "
+                          "to the old one; run `pgcdc reset-watermark` to clear the queue and copy the tables again")
 
 
 def adopt_identity(conn: psycopg.Connection) -> int | None:
@@ -113,12 +128,10 @@ def adopt_identity(conn: psycopg.Connection) -> int | None:
     the delete and stay; a copy taken afterwards holds everything the deleted ones changed."""
     with conn.transaction():
         conn.execute(_LOCK)
-        current = identity(conn)
-        if recorded_identity(conn) == current:
+        if restored_from(conn) is None:
             return None
         deleted = conn.execute("delete from pgcdc.commit_queue").rowcount
-        conn.execute("insert into pgcdc.meta values ('identity', %s) on conflict (key) do update "
-                     "set value = excluded.value", (current,))
+        _record_identity(conn, identity(conn), replace=True)
     return deleted
 
 
@@ -148,8 +161,7 @@ def install(conn: psycopg.Connection, partition_size: int | None = None) -> tupl
                      "on conflict (key) do update set value = excluded.value", (str(SCHEMA_VERSION),))
         try:
             with conn.transaction():  # (a savepoint: a role without pg_control_system() records it at its first ingest)
-                conn.execute("insert into pgcdc.meta values ('identity', %s) on conflict do nothing",
-                             (identity(conn),))
+                _record_identity(conn, identity(conn))
         except TargetError:
             pass
         # regenerate capture code of attached tables, so an upgrade reaches them

@@ -102,10 +102,11 @@ def status_report(conn: psycopg.Connection, problems: list[str] | None = None) -
     partitions, size = capture.queue_size(conn)
     lines: list[str] = []
     problems = list(problems or [])
-    recorded, current = capture.recorded_identity(conn), capture.identity(conn)
-    if recorded is not None and recorded != current:
-        problems.append(f"this database was restored from another one (pgcdc was installed in {recorded}, this is "
-                        f"{current}): queued events and watermarks are void; run `pgcdc reset-watermark`")
+    other = capture.restored_from(conn)
+    if other is not None:
+        problems.append(f"this database was restored from another one (pgcdc was installed in {other}, this is "
+                        f"{capture.identity(conn)}): queued events and watermarks are void; "
+                        "run `pgcdc reset-watermark`")
     problems += _capture_problems(conn)
     problems += _run_problems(conn)
     never = [t.table_name for t in tables if t.consumers == 0]
