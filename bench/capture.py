@@ -40,8 +40,8 @@ def set_mode(conn: psycopg.Connection, mode: str) -> None:
             conn.execute(f"""
                 create or replace function bench_row_{table}() returns trigger language plpgsql as $$
                 begin
-                    insert into pgcdc.commit_queue (txid, table_id, op, keys)
-                    values (pg_current_xact_id(), 0, left(tg_op, 1),
+                    insert into pgcdc.commit_queue (txid, slot, table_id, op, keys)
+                    values (pg_current_xact_id(), 0, 0, left(tg_op, 1),
                             array[(case when tg_op = 'DELETE' then old.{key} else new.{key} end)::text]);
                     return null;
                 end $$""")

@@ -15,7 +15,7 @@ import psycopg
 
 from pgcdc.errors import SchemaError, TableError, TargetError
 
-SCHEMA_VERSION = 2  # bump with every change to sql/; install upgrades older schemas in place
+SCHEMA_VERSION = 3  # bump with every change to sql/; install upgrades older schemas in place
 _LOCK = "select pg_advisory_xact_lock(hashtext('pgcdc.install'))"
 
 
@@ -135,10 +135,11 @@ def adopt_identity(conn: psycopg.Connection) -> int | None:
     return deleted
 
 
-def install(conn: psycopg.Connection, partition_size: int | None = None) -> tuple[int | None, int]:
+def install(conn: psycopg.Connection, slot_txids: int | None = None) -> tuple[int | None, int]:
     """Create or upgrade the schema in one transaction; return (previous version, new version).
 
-    partition_size (txids per queue partition) can only be chosen at the first install.
+    slot_txids: txids per queue slot (see docs/capture.md); consumed history is reclaimed a
+    slot at a time, so it bounds how much of it the queue keeps.
     """
     with conn.transaction():
         conn.execute(_LOCK)
@@ -152,11 +153,10 @@ def install(conn: psycopg.Connection, partition_size: int | None = None) -> tupl
             except psycopg.Error as exc:
                 raise SchemaError(f"installing sql/{name} failed: {exc.diag.message_primary or exc}; "
                                   "nothing was changed") from None
-        if partition_size is not None:
-            current = conn.execute("select value::bigint from pgcdc.meta where key = 'partition_size'").fetchone()[0]
-            if previous is not None and current != partition_size:
-                raise SchemaError(f"the queue partition size is {current}; it can only be set at the first install")
-            conn.execute("update pgcdc.meta set value = %s where key = 'partition_size'", (str(partition_size),))
+        if slot_txids is not None:
+            if slot_txids < 1:
+                raise SchemaError(f"slot_txids must be a positive number of txids, not {slot_txids}")
+            conn.execute("update pgcdc.meta set value = %s where key = 'slot_txids'", (str(slot_txids),))
         conn.execute("insert into pgcdc.meta values ('schema_version', %s) "
                      "on conflict (key) do update set value = excluded.value", (str(SCHEMA_VERSION),))
         try:
@@ -211,7 +211,7 @@ def attach(conn: psycopg.Connection, table: str, key: list[str] | None = None,
             conn.execute(_LOCK)
             conn.execute("select pgcdc.attach(%s::regclass, %s, %s, %s)", (name, key, predicate, shard))
     except psycopg.Error as exc:
-        if exc.sqlstate in ("PC001", "PC002", "PC003", "42809"):
+        if exc.sqlstate in ("PC001", "PC002", "PC003", "PC004", "PC005", "42809"):
             raise _table_error(exc) from None
         raise
     return next(t for t in list_attached(conn) if t.name == name)
@@ -247,6 +247,12 @@ def stats(conn: psycopg.Connection) -> list[TableStats]:
                         "min_watermark::text::bigint, events, pending_events, pending_keys, oldest_pending "
                         "from pgcdc.stats()").fetchall()
     return [TableStats(*row) for row in rows]
+
+
+def ddl_guard(conn: psycopg.Connection) -> bool:
+    """Whether the event trigger that keeps capture working through DDL is installed and enabled."""
+    return bool(conn.execute("select exists (select 1 from pg_event_trigger where evtname = 'pgcdc_ddl' "
+                             "and evtenabled <> 'D')").fetchone()[0])
 
 
 def queue_size(conn: psycopg.Connection) -> tuple[int, int]:

@@ -195,6 +195,56 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if all(r.equal for r in results) else 1
 
 
+def cmd_consumers(args: argparse.Namespace) -> int:
+    """List consumers with their lag, or drop one for good."""
+    from pgcdc import capture, consumers
+    from pgcdc.status import age, table_lines
+
+    with _source(args) as conn:
+        capture.require_schema(conn)
+        if args.action == "drop":
+            if not args.name:
+                print("pgcdc: name the consumer to drop: pgcdc consumers drop NAME --yes", file=sys.stderr)
+                return 2
+            if not args.yes:
+                print(f"pgcdc: dropping consumer {args.name} forgets its sync state in the database (its Delta tables "
+                      "stay as they are); re-run with --yes to confirm", file=sys.stderr)
+                return 2
+            states = consumers.drop(conn, args.name)
+            print(f"dropped consumer {args.name} ({states} table state(s)); the queue no longer keeps events for it")
+            print(f"next: delete its Delta tables, or run `pgcdc resync` as {args.name} to start it again from a copy")
+            return 0
+        found = consumers.list_consumers(conn)
+        max_age, max_size = consumers.retention(conn)
+    if not found:
+        print("no consumers yet; `pgcdc ingest` registers one (settings `consumer`)")
+    else:
+        rows = [("consumer", "tables", "pending events", "oldest pending", "last sync", "state")]
+        rows += [(c.name, str(c.tables), str(c.pending_events), age(c.oldest_pending),
+                  age(c.last_sync) + " ago" if c.last_sync else "never",
+                  "running" if c.running else (f"resync needed: {', '.join(c.resync_needed)}" if c.resync_needed
+                                               else "idle"))
+                 for c in found]
+        print("\n".join(table_lines(rows)))
+    print(f"retention limit: max age {max_age or 'none'}, max size {max_size or 'none'} "
+          "(a consumer past it copies its tables again; change with `pgcdc retention`)")
+    return 0
+
+
+def cmd_retention(args: argparse.Namespace) -> int:
+    """Show or change the retention limit of unapplied queue events."""
+    from pgcdc import capture, consumers
+
+    with _source(args) as conn:
+        capture.require_schema(conn)
+        consumers.set_retention(conn, args.max_age, args.max_size)
+        max_age, max_size = consumers.retention(conn)
+    print(f"retention limit: max age {max_age or 'none'}, max size {max_size or 'none'}")
+    print("past it, `pgcdc.maintain()` (each ingest runs it) marks the lagging consumer's tables; its next ingest "
+          "copies them again")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from pgcdc.demo import run_demo
 
@@ -233,6 +283,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("verify", cmd_verify, "compare Delta tables with PostgreSQL row by row (exit 1 if any differs)")
     p.add_argument("tables", nargs="*", metavar="TABLE", help="default: the configured (or all attached) tables")
     add("status", cmd_status, "show whether capture and sync are healthy (exit 1: attention needed)")
+    p = add("consumers", cmd_consumers, "list consumers with their lag; `consumers drop NAME --yes` forgets one")
+    p.add_argument("action", nargs="?", choices=["list", "drop"], default="list")
+    p.add_argument("name", nargs="?", help="the consumer to drop")
+    p.add_argument("--yes", action="store_true", help="confirm a drop")
+    p = add("retention", cmd_retention, "show or set how far a consumer may fall behind before it must resync")
+    p.add_argument("--max-age", metavar="INTERVAL", help="e.g. '7 days'; 'none' for no limit")
+    p.add_argument("--max-size", metavar="SIZE", help="queue size, e.g. '20 GB'; 'none' for no limit")
     demo = add("demo", cmd_demo, "run the whole path on a throwaway local PostgreSQL and Delta folder")
     demo.add_argument("--lake", default=".demo/lake", help="folder for the demo's Delta tables (recreated)")
     return parser

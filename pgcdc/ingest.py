@@ -7,6 +7,7 @@ same consumer exclude each other through an advisory lock on the primary.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager, suppress
@@ -15,15 +16,16 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from pgcdc import apply, capture, driver_write, enrich, events, faults, key_index
+from pgcdc import apply, capture, consumers, driver_write, enrich, events, faults, key_index
 from pgcdc.capture import AttachedTable
 from pgcdc.db import connect, jdbc_options
 from pgcdc.deltalog import table_schema
 from pgcdc.jvm import in_background
-from pgcdc.errors import BusyError, TableError, TargetError
+from pgcdc.errors import TableError, TargetError
 from pgcdc.settings import Settings
 from pgcdc.state import (ConsumerState, committed_batch, committing_batch, load_state, local_folder,
-                         mark_committing, mirror_state, read_state_file, write_state_file)
+                         mark_committing, mirror_state, read_state_file, register_table, resync_reason,
+                         write_state_file)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -89,7 +91,7 @@ class Job:
         with connect(self.settings.source.dsn) as primary, \
                 connect(self.reader_dsn, role=self.reader_role) as reader:
             capture.require_schema(primary)
-            self.lock(primary)
+            consumers.lock(primary, self.settings.consumer)
             if restored:
                 deleted = capture.adopt_identity(primary)
                 if deleted is not None:
@@ -127,6 +129,13 @@ class Job:
             apply.create_table(self.spark, path, enrich.schema_of(self.spark, jdbc, t, columns),
                                s.consumer, t.name)
         apply.check_owner(self.spark, path, s.consumer, t.name)
+        reason = resync_reason(primary, s.consumer, t.table_id)
+        if reason is not None:
+            # the queue no longer keeps what this consumer missed (see consumers.py)
+            self.say(f"{t.name}: consumer {s.consumer} fell past the retention limit ({reason}): "
+                     "copying the table again")
+            self.copy_table(primary, reader, jdbc, identity, t, columns, path, report,
+                            committed_batch(self.spark, path, s.consumer) or 0)
         quick = read_state_file(self.spark, path, s.consumer)
         if quick is not None:
             batch = self.plan(reader, quick)
@@ -215,10 +224,16 @@ class Job:
         """Copy the whole table (first sync or resync), replacing the Delta table's contents.
 
         All JDBC partitions read in one exported snapshot, whose txmin becomes the
-        watermark: changes the snapshot does not show are in the queue above it."""
+        watermark: changes the snapshot does not show are in the queue above it, which keeps
+        them from the registration on."""
+        registered = register_table(primary, self.settings.consumer, t.table_id, path)
+        self.wait_for_reader(reader, registered)
         with reader.transaction():  # held open while Spark copies: the partitions share its snapshot
             reader.execute("set transaction isolation level repeatable read, read only")
             snap = events.take_snapshot(reader)
+            if snap.txmin < registered:  # a standby that has not replayed the registration yet
+                raise TargetError(f"{self.reader_role} is behind the primary (its txmin {snap.txmin} < "
+                                  f"{registered}); wait for it to catch up and run again")
             exported = reader.execute("select pg_export_snapshot()").fetchone()[0]
             relpages = reader.execute("select greatest(relpages, 1) from pg_class where oid = %s::regclass",
                                       (t.name,)).fetchone()[0]
@@ -232,9 +247,23 @@ class Job:
             mark_committing(primary, state, path)  # after the snapshot the copy reads
             faults.failpoint("before-copy-commit")
             written = apply.overwrite(self.spark, path, rows, state)
-        self.committed(primary, path, state)
+        self.committed(primary, path, state, copied=True)
         report.copied = written.upserted
         return state
+
+    def wait_for_reader(self, reader: psycopg.Connection, txmin: int, timeout: float = 60) -> None:
+        """Wait until the reader's snapshots have reached `txmin` (a standby replays the primary
+        with a lag); fail naming the lag after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with reader.transaction():
+                now = int(reader.execute("select pg_snapshot_xmin(pg_current_snapshot())::text::bigint").fetchone()[0])
+            if now >= txmin:
+                return
+            if time.monotonic() > deadline:
+                raise TargetError(f"{self.reader_role} is behind the primary (its txmin {now} < {txmin} after "
+                                  f"{timeout:.0f} s); check its replication and run again")
+            time.sleep(0.25)
 
     def resync(self, names: list[str], restored: bool = False) -> list[TableReport]:
         """Copy the given tables again from scratch (after a detach/attach, a restore or a schema
@@ -253,15 +282,6 @@ class Job:
                 state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, last)
                 reports.append(self.finish(primary, reader, state, path, report))
         return reports
-
-    def lock(self, primary: psycopg.Connection) -> None:
-        """Hold the consumer's advisory lock for the life of the connection, or fail."""
-        consumer = self.settings.consumer
-        locked = primary.execute("select pg_try_advisory_lock(hashtext('pgcdc.ingest'), hashtext(%s))",
-                                 (consumer,)).fetchone()[0]
-        if not locked:
-            raise BusyError(f"another pgcdc ingest for consumer {consumer} is running; "
-                            "wait for it to finish (runs of one consumer never overlap)")
 
     def apply_batch(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
                     t: AttachedTable, columns: list[enrich.Column], batch: events.Batch, snap: events.Snapshot,
@@ -313,12 +333,12 @@ class Job:
         report.deleted += written.deleted
         return new_state
 
-    def committed(self, primary: psycopg.Connection, path: str, state: ConsumerState) -> None:
+    def committed(self, primary: psycopg.Connection, path: str, state: ConsumerState, copied: bool = False) -> None:
         """After a Delta commit: copy the state next to the table and into PostgreSQL."""
         faults.failpoint("after-commit")
         write_state_file(self.spark, path, state)
         faults.failpoint("after-state-file")
-        mirror_state(primary, state, path)
+        mirror_state(primary, state, path, copied)
 
     def check_state(self, primary: psycopg.Connection, state: ConsumerState, identity: str, t: AttachedTable,
                     path: str) -> None:
@@ -341,7 +361,11 @@ class Job:
             raise TargetError(f"{t.name} was detached and attached again since {path} was last synced; changes in "
                               f"between were not captured: run `pgcdc resync {t.name}`")
         known, committing = committing_batch(primary, state.consumer, t.table_id)
-        if not known or (committing is not None and committing < state.batch):
+        if not known:
+            raise TargetError(f"{path} holds batch {state.batch} of consumer {state.consumer}, but the database has "
+                              f"no record of the consumer's sync of {t.name}: the consumer was dropped (`pgcdc "
+                              f"consumers drop`), or {regressed.replace('; run', '. Either way, run', 1)}")
+        if committing is not None and committing < state.batch:
             raise TargetError(f"{path} holds batch {state.batch} of consumer {state.consumer}, which the database "
                               f"has no record of: {regressed}")
 

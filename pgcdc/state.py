@@ -229,21 +229,46 @@ def load_state(spark: "SparkSession", path: str, consumer: str) -> ConsumerState
     return state
 
 
-def mirror_state(conn: "psycopg.Connection", state: ConsumerState, target: str) -> None:
-    """Copy the state into PostgreSQL (pgcdc.consumer_state) for status and queue retention."""
+def mirror_state(conn: "psycopg.Connection", state: ConsumerState, target: str, copied: bool = False) -> None:
+    """Copy the state into PostgreSQL (pgcdc.consumer_state) for status and queue retention.
+    `copied`: the state of a whole-table copy, which ends a resync the retention limit asked for."""
     conn.execute(
         "insert into pgcdc.consumer_state (consumer, table_id, target, watermark, out_of_order, batch, updated_at) "
         "values (%s, %s, %s, %s::text::xid8, %s, %s, now()) on conflict (consumer, table_id) do update set "
         "target = excluded.target, watermark = excluded.watermark, "
-        "out_of_order = excluded.out_of_order, batch = excluded.batch, updated_at = now()",
+        "out_of_order = excluded.out_of_order, batch = excluded.batch, updated_at = now()"
+        + (", resync_reason = null, copy_from = null" if copied else ""),
         (state.consumer, state.table_id, target, str(state.watermark), state.out_of_order.encode(), state.batch))
+
+
+def register_table(conn: "psycopg.Connection", consumer: str, table_id: int, target: str) -> int:
+    """Before a copy takes its snapshot: make queue retention keep the table's events from the
+    primary's current xmin on (a state already there keeps its lower watermark; one marked for a
+    resync records it as copy_from); return that xmin. A snapshot taken afterwards has an xmin at
+    least as high, so every event the copy leaves to the queue is kept."""
+    xmin = int(conn.execute("select pg_snapshot_xmin(pg_current_snapshot())::text::bigint").fetchone()[0])
+    conn.execute(
+        "insert into pgcdc.consumer_state (consumer, table_id, target, watermark, batch) "
+        "values (%s, %s, %s, %s::text::xid8, 0) on conflict (consumer, table_id) do update "
+        "set watermark = least(pgcdc.consumer_state.watermark, excluded.watermark), "
+        "copy_from = case when pgcdc.consumer_state.resync_reason is not null "
+        "  then least(coalesce(pgcdc.consumer_state.copy_from, excluded.watermark), excluded.watermark) end",
+        (consumer, table_id, target, str(xmin)))
+    return xmin
+
+
+def resync_reason(conn: "psycopg.Connection", consumer: str, table_id: int) -> str | None:
+    """Why the table must be copied again for the consumer (it fell past the retention limit), or None."""
+    row = conn.execute("select resync_reason from pgcdc.consumer_state where consumer = %s and table_id = %s",
+                       (consumer, table_id)).fetchone()
+    return row[0] if row else None
 
 
 def mark_committing(conn: "psycopg.Connection", state: ConsumerState, target: str) -> None:
     """Record in PostgreSQL that the Delta commit of batch `state.batch` is about to be made,
     after every row it holds was read. A database that lacks this record later was restored to
     an earlier point (or failed over to a standby that was behind) and may lack changes Delta
-    holds. A consumer's first copy registers it here, so queue retention counts it from then on."""
+    holds."""
     conn.execute(
         "insert into pgcdc.consumer_state (consumer, table_id, target, watermark, batch, committing) "
         "values (%s, %s, %s, %s::text::xid8, 0, %s) on conflict (consumer, table_id) do update "

@@ -6,12 +6,12 @@ from datetime import datetime, timedelta, timezone
 
 import psycopg
 
-from pgcdc import capture
+from pgcdc import capture, consumers
 
 LAGGING = timedelta(hours=1)  # a change older than this still pending deserves attention
 
 
-def _age(ts: datetime | None) -> str:
+def age(ts: datetime | None) -> str:
     if ts is None:
         return "-"
     seconds = int((datetime.now(timezone.utc) - ts).total_seconds())
@@ -69,17 +69,15 @@ def _run_problems(conn: psycopg.Connection) -> list[str]:
     """Consumers whose last run failed or never finished, and tables a successful run left behind."""
     problems = []
     runs = conn.execute(
-        "select r.consumer, r.started_at, r.finished_at, r.ok, r.error, r.start_txmin::text::bigint, "
-        "  pg_try_advisory_lock(hashtext('pgcdc.ingest'), hashtext(r.consumer)) "
+        "select r.consumer, r.started_at, r.finished_at, r.ok, r.error, r.start_txmin::text::bigint "
         "from pgcdc.consumer_run r order by 1").fetchall()
-    for consumer, started, finished, ok, error, start_txmin, free in runs:
-        if free:
-            conn.execute("select pg_advisory_unlock(hashtext('pgcdc.ingest'), hashtext(%s))", (consumer,))
+    for consumer, started, finished, ok, error, start_txmin in runs:
+        free = not consumers.is_running(conn, consumer)
         if free and (finished is None or finished < started):
-            problems.append(f"the last ingest of consumer {consumer} (started {_age(started)} ago) did not finish: "
+            problems.append(f"the last ingest of consumer {consumer} (started {age(started)} ago) did not finish: "
                             "it was killed or lost its connection; run `pgcdc ingest` (it resumes safely)")
         elif ok is False and (finished is not None and finished >= started):
-            problems.append(f"the last ingest of consumer {consumer} failed {_age(finished)} ago: {error}; fix that "
+            problems.append(f"the last ingest of consumer {consumer} failed {age(finished)} ago: {error}; fix that "
                             "and run `pgcdc ingest`")
         if start_txmin is None:
             continue
@@ -109,6 +107,10 @@ def status_report(conn: psycopg.Connection, problems: list[str] | None = None) -
                         "run `pgcdc reset-watermark`")
     problems += _capture_problems(conn)
     problems += _run_problems(conn)
+    for c in consumers.list_consumers(conn):
+        for table in c.resync_needed:
+            problems.append(f"consumer {c.name} fell past the queue's retention limit on {table}: its next "
+                            "`pgcdc ingest` copies the table again")
     never = [t.table_name for t in tables if t.consumers == 0]
     if never:
         problems.append(f"never synced: {', '.join(never)} (run `pgcdc ingest`)")
@@ -123,19 +125,23 @@ def status_report(conn: psycopg.Connection, problems: list[str] | None = None) -
     else:
         oldest = min((t.oldest_pending for t in tables if t.oldest_pending), default=None)
         lines.append(f"status: OK - {len(tables)} table(s) synced; oldest pending change: "
-                     f"{_age(oldest) + ' old' if oldest else 'none'}")
+                     f"{age(oldest) + ' old' if oldest else 'none'}")
     lines.append(f"pgcdc schema v{capture.installed_version(conn)} in database {conn.info.dbname}; "
                  f"queue: {partitions} partitions, {_size(size)}")
+    if not capture.ddl_guard(conn):
+        lines.append("note: the DDL guard (event trigger pgcdc_ddl) is not installed (only a superuser may create "
+                     "it): renaming a key column of an attached table breaks the table's writes; run `pgcdc install` "
+                     "as a superuser, or detach a table before such DDL (see docs/capture.md)")
     if tables:
         lines.append("")
         rows = [("table", "consumers", "pending events", "pending keys", "oldest pending")]
-        rows += [(t.table_name, str(t.consumers), str(t.pending_events), str(t.pending_keys), _age(t.oldest_pending))
+        rows += [(t.table_name, str(t.consumers), str(t.pending_events), str(t.pending_keys), age(t.oldest_pending))
                  for t in tables]
         lines += table_lines(rows)
-    consumers = consumer_rows(conn)
-    if consumers:
+    states = consumer_rows(conn)
+    if states:
         lines.append("")
         rows = [("consumer", "table", "watermark", "batch", "last sync", "delta table")]
-        rows += [(c, t, str(w), str(b), _age(at) + " ago", path) for c, t, w, b, at, path in consumers]
+        rows += [(c, t, str(w), str(b), age(at) + " ago", path) for c, t, w, b, at, path in states]
         lines += table_lines(rows)
     return "\n".join(lines), not problems

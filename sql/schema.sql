@@ -3,14 +3,13 @@
 
 create schema if not exists pgcdc;
 
--- Key/value facts about the installation (schema_version, partition_size, identity: the
+-- Key/value facts about the installation (schema_version, queue layout, retention, identity: the
 -- "<system identifier>/<database oid>" of the database the queue's txids belong to; a
 -- dump restored elsewhere, or into a new database, carries a stale one).
 create table if not exists pgcdc.meta (
     key   text primary key,
     value text not null
 );
-insert into pgcdc.meta (key, value) values ('partition_size', '16777216') on conflict do nothing;
 
 -- One row per attached table: how its keys are read and which rows are captured.
 create table if not exists pgcdc.attached (
@@ -23,24 +22,73 @@ create table if not exists pgcdc.attached (
     attached_at timestamptz not null default now()
 );
 
+-- Queue layout (meta): events go to one of `queue_slots` partitions by txid, `slot_txids`
+-- txids per slot in turn, so consumed history is reclaimed by TRUNCATE of a slot whose rows
+-- every consumer has passed (pgcdc.maintain) instead of DELETE + VACUUM, and no DDL but that
+-- TRUNCATE ever runs on the queue. The capture code inlines slot_txids (regenerated on change).
+insert into pgcdc.meta (key, value) values ('queue_slots', '4'), ('slot_txids', '262144'),
+    ('retention_max_age', '7 days') on conflict do nothing;
+delete from pgcdc.meta where key = 'partition_size';  -- (schema v2's txid-range partitions)
+
+-- Schema v2 partitioned the queue by txid range with a default partition: move its events
+-- into the slot layout (an upgrade holds the queue's lock while it copies).
+do $upgrade$
+begin
+    if exists (select 1 from pg_partitioned_table where partrelid = to_regclass('pgcdc.commit_queue')
+                                                     and partstrat = 'r') then
+        alter table pgcdc.commit_queue rename to commit_queue_v2;
+        alter index pgcdc.commit_queue_txid rename to commit_queue_v2_txid;
+    end if;
+end
+$upgrade$;
+
 -- The commit queue: one row per statement (or per chunk of a large statement).
 -- keys holds the changed primary keys as text: the key value for one-column keys,
--- a text[] literal of the values for composite keys. Partitioned by txid so that
--- consumed history is dropped with its partition instead of DELETE + VACUUM.
+-- a text[] literal of the values for composite keys.
 create table if not exists pgcdc.commit_queue (
     txid     xid8 not null,               -- pg_current_xact_id() of the writing transaction
+    slot     smallint not null,           -- (txid / slot_txids) % queue_slots: the partition
     table_id int not null,
     op       "char" not null,             -- I U D T (truncate) B (backfill) C (control)
     shard    int,
     at       timestamptz not null default now(),
     keys     text[],                      -- null for T and C
     payload  jsonb                        -- control events only
-) partition by range (txid);
+) partition by list (slot);
 
-create table if not exists pgcdc.commit_queue_default partition of pgcdc.commit_queue default;
+do $slots$
+declare
+    n int := (select value::int from pgcdc.meta where key = 'queue_slots');
+begin
+    for s in 0 .. n - 1 loop
+        execute format('create table if not exists pgcdc.%I partition of pgcdc.commit_queue for values in (%s)',
+                       'commit_queue_s' || s, s);
+    end loop;
+end
+$slots$;
 
 -- Readers take txid ranges (a batch); xid8 has no BRIN operator class, so a btree it is.
 create index if not exists commit_queue_txid on pgcdc.commit_queue (txid);
+
+do $upgrade$
+begin
+    if to_regclass('pgcdc.commit_queue_v2') is not null then
+        insert into pgcdc.commit_queue (txid, slot, table_id, op, shard, at, keys, payload)
+        select txid, (txid::text::bigint / m.size) % m.slots, table_id, op, shard, at, keys, payload
+          from pgcdc.commit_queue_v2,
+               (select max(value::bigint) filter (where key = 'slot_txids') as size,
+                       max(value::bigint) filter (where key = 'queue_slots') as slots from pgcdc.meta) m;
+        drop table pgcdc.commit_queue_v2;
+    end if;
+end
+$upgrade$;
+
+-- Consumers by name; the id keys each consumer's advisory lock (two names never share one).
+create table if not exists pgcdc.consumer (
+    consumer_id   int generated always as identity primary key,
+    name          text not null unique,
+    registered_at timestamptz not null default now()
+);
 
 -- The PostgreSQL mirror of each consumer's per-table state (the Delta commit holds the truth).
 create table if not exists pgcdc.consumer_state (
@@ -69,3 +117,24 @@ create table if not exists pgcdc.consumer_run (
     error       text,
     start_txmin xid8
 );
+
+-- Set by pgcdc.maintain when a consumer fell past the retention limit (pgcdc.meta
+-- retention_max_age / retention_max_bytes): its next ingest copies the table again, so the
+-- queue keeps nothing for it (its watermark stops counting) but, once that copy has registered,
+-- the events from copy_from on. Null: healthy.
+alter table pgcdc.consumer_state add column if not exists resync_reason text;
+alter table pgcdc.consumer_state add column if not exists copy_from xid8;
+
+insert into pgcdc.consumer (name)
+select consumer from pgcdc.consumer_state union select consumer from pgcdc.consumer_run
+on conflict (name) do nothing;
+
+-- The key columns by number (renames leave them), and the table's column shape (names and
+-- types) when its capture code was generated: DDL that changes the shape makes pgcdc._on_ddl
+-- regenerate the capture code and queue a copy of the table.
+alter table pgcdc.attached add column if not exists key_attnums int2[];
+alter table pgcdc.attached add column if not exists shape text;
+update pgcdc.attached a
+   set key_attnums = (select array_agg(t.attnum order by u.o) from unnest(a.key_columns) with ordinality u(c, o)
+                        join pg_attribute t on t.attrelid = a.relid and t.attname = u.c)
+ where key_attnums is null;

@@ -2,6 +2,8 @@
 -- Re-attaching an attached table updates its options. Returns the table_id.
 -- Touches: pgcdc.attached, and (through _generate_capture) a capture function and four triggers.
 -- Errors (SQLSTATE): PC001 no primary key, PC002 bad key columns, PC003 bad predicate,
+-- PC004 key of a type whose text form or equality pgcdc cannot keep exact, PC005 partitioned
+-- or inherited table (statements aimed at a partition or child bypass the parent's triggers),
 -- 42809 not a table.
 create or replace function pgcdc.attach(
     tbl regclass,
@@ -16,10 +18,20 @@ declare
     v_cols text[];
     v_types text[];
     v_id int;
+    v_refused text;
 begin
     if (select relkind from pg_class where oid = tbl) not in ('r', 'p') then
         raise exception using errcode = '42809', message = format('%s is not a table', tbl),
             hint = 'attach ordinary or partitioned tables only';
+    end if;
+
+    if exists (select 1 from pg_class where oid = tbl and (relkind = 'p' or relispartition or relhassubclass))
+       or exists (select 1 from pg_inherits where inhrelid = tbl) then
+        raise exception using errcode = 'PC005',
+            message = format('table %s is partitioned, a partition, or part of an inheritance tree', tbl),
+            hint = 'pgcdc cannot capture it: statements aimed at a partition (or child) do not fire the parent''s '
+                   'statement triggers, nor do statements aimed at the parent fire the partition''s; '
+                   'see docs/capture.md';
     end if;
 
     if key_columns is null then
@@ -61,6 +73,27 @@ begin
         end if;
     end if;
 
+    -- Keys travel as text and are looked up again by value: refuse key types whose text form
+    -- depends on the writer's session (floats: extra_float_digits) or whose equality is not
+    -- the equality of that text (citext, nondeterministic collations)
+    select format('key column %I of table %s has type %s: %s', a.attname, tbl, format_type(a.atttypid, a.atttypmod),
+                  case when b.typname in ('float4', 'float8') then 'its text form depends on the writer''s extra_float_digits'
+                       when b.typname = 'citext' then 'it compares case-insensitively, its text does not'
+                       else format('its collation %s is nondeterministic', co.collname) end)
+      into v_refused
+      from unnest(v_cols) u(c)
+      join pg_attribute a on a.attrelid = tbl and a.attname = u.c
+      join pg_type t on t.oid = a.atttypid
+      join pg_type b on b.oid = case when t.typtype = 'd' then t.typbasetype else t.oid end
+      left join pg_collation co on co.oid = a.attcollation
+     where b.typname in ('float4', 'float8', 'citext') or not coalesce(co.collisdeterministic, true)
+     limit 1;
+    if v_refused is not null then
+        raise exception using errcode = 'PC004', message = v_refused,
+            hint = 'pgcdc cannot find rows by such a key exactly; name another unique NOT NULL key with --key '
+                   '(or add one, e.g. a bigint identity column)';
+    end if;
+
     if predicate is not null then
         if position(';' in predicate) > 0 or predicate ~ '(--|/\*|\$capture\$)' then
             raise exception using errcode = 'PC003', message = format('predicate for %s must be one SQL expression', tbl),
@@ -76,11 +109,13 @@ begin
         end;
     end if;
 
-    insert into pgcdc.attached as t (relid, key_columns, key_types, predicate, shard)
-    values (tbl, v_cols, v_types, predicate, shard)
+    insert into pgcdc.attached as t (relid, key_columns, key_types, predicate, shard, key_attnums)
+    values (tbl, v_cols, v_types, predicate, shard,
+            (select array_agg(a.attnum order by u.o) from unnest(v_cols) with ordinality u(c, o)
+               join pg_attribute a on a.attrelid = tbl and a.attname = u.c))
     on conflict (relid) do update
         set key_columns = excluded.key_columns, key_types = excluded.key_types,
-            predicate = excluded.predicate, shard = excluded.shard
+            predicate = excluded.predicate, shard = excluded.shard, key_attnums = excluded.key_attnums
     returning t.table_id into v_id;
 
     perform pgcdc._generate_capture(v_id);

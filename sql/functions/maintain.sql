@@ -1,54 +1,69 @@
--- pgcdc.maintain(ahead): keep the commit queue's partitions in shape. Creates the partition
--- for the current txid block and `ahead` blocks after it, drops partitions wholly below the
--- retention horizon, and empties the default partition once it is consumed. Safe to call
--- often (the ingest job calls it each run); concurrent calls wait for each other.
--- Touches: partitions pgcdc.commit_queue_<block> and pgcdc.commit_queue_default.
-create or replace function pgcdc.maintain(ahead int default 3)
+-- pgcdc.maintain(lock_wait): reclaim consumed queue history and enforce the retention limit.
+-- Marks consumers past the retention limit for a resync (pgcdc._mark_lagging), then empties
+-- every queue slot whose events every consumer has passed (below pgcdc.retention_horizon()).
+--
+-- Why it never loses an event: a slot is emptied only after its ACCESS EXCLUSIVE lock is
+-- held. No transaction can then be adding to it, so every row in it is committed (or
+-- aborted), and the check that follows, in a fresh snapshot, sees them all.
+-- Why it never stalls the application: it waits at most lock_wait for a slot's lock (a writer
+-- of that slot or a reader of the queue holding it) and then leaves the slot for a later
+-- call; while it holds the lock, writers of other slots (all current writers, in normal
+-- operation) do not touch it. No other DDL runs on the queue.
+-- Safe to call often and from cron (the ingest job calls it each run); a call that finds
+-- another one running returns at once. Call it in READ COMMITTED (the default).
+-- Touches: partitions pgcdc.commit_queue_s<n>, pgcdc.consumer_state (marks).
+drop function if exists pgcdc.maintain(int);  -- (schema v2's)
+create or replace function pgcdc.maintain(lock_wait interval default '200ms')
 returns table (action text, partition_name text)
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $fn$
 declare
-    size bigint := (select value::bigint from pgcdc.meta where key = 'partition_size');
-    next_xid bigint := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;
-    horizon xid8 := pgcdc.retention_horizon();
-    b bigint;
+    slots int := (select value::int from pgcdc.meta where key = 'queue_slots');
+    part text;
+    horizon xid8;
+    ok boolean;
+    saved_timeout text := current_setting('lock_timeout');
     r record;
 begin
-    perform pg_advisory_xact_lock(hashtext('pgcdc.maintain'));
-    for b in (next_xid / size) .. (next_xid / size) + ahead loop
-        continue when to_regclass(format('pgcdc.commit_queue_%s', b)) is not null;
-        if exists (select 1 from pgcdc.commit_queue_default
-                    where txid >= (b * size)::text::xid8 and txid < ((b + 1) * size)::text::xid8) then
-            -- events already landed in the default partition for this block; it keeps serving them
-            action := 'kept in default'; partition_name := format('pgcdc.commit_queue_%s', b);
-            return next;
-            continue;
-        end if;
-        execute format('create table pgcdc.%I partition of pgcdc.commit_queue for values from (%L) to (%L)',
-                       'commit_queue_' || b, b * size, (b + 1) * size);
-        action := 'created'; partition_name := format('pgcdc.commit_queue_%s', b);
+    if current_setting('transaction_isolation') <> 'read committed' then
+        raise exception using errcode = '25000', message = 'pgcdc.maintain() must run in READ COMMITTED',
+            hint = 'it checks each slot in a fresh snapshot after locking it';
+    end if;
+    if not pg_try_advisory_xact_lock(hashtext('pgcdc.maintain')) then
+        action := 'busy'; partition_name := 'another pgcdc.maintain() is running';
+        return next;
+        return;
+    end if;
+    for r in select * from pgcdc._mark_lagging() loop
+        action := 'resync needed'; partition_name := format('%s of consumer %s: %s', r.table_name, r.consumer, r.reason);
         return next;
     end loop;
 
-    if horizon is null then
-        return;
-    end if;
-    for r in select c.relname, substring(c.relname from 'commit_queue_(\d+)$')::bigint as block
-               from pg_inherits i join pg_class c on c.oid = i.inhrelid
-              where i.inhparent = 'pgcdc.commit_queue'::regclass and c.relname ~ '^commit_queue_\d+$'
-    loop
-        if ((r.block + 1) * size)::text::xid8 <= horizon then
-            execute format('drop table pgcdc.%I', r.relname);
-            action := 'dropped'; partition_name := 'pgcdc.' || r.relname;
-            return next;
-        end if;
-    end loop;
-    if exists (select 1 from pgcdc.commit_queue_default)
-       and not exists (select 1 from pgcdc.commit_queue_default where txid >= horizon) then
-        truncate pgcdc.commit_queue_default;
-        action := 'emptied'; partition_name := 'pgcdc.commit_queue_default';
+    for s in 0 .. slots - 1 loop
+        part := 'commit_queue_s' || s;
+        horizon := pgcdc.retention_horizon();
+        -- a cheap look first, without a lock: empty, or still holding what someone needs
+        execute format('select exists (select 1 from pgcdc.%1$I) and not exists (select 1 from pgcdc.%1$I where txid >= $1)',
+                       part) into ok using horizon;
+        continue when horizon is null or not ok;
+        begin
+            perform set_config('lock_timeout', (extract(epoch from lock_wait) * 1000)::bigint || 'ms', true);
+            execute format('lock table pgcdc.%I in access exclusive mode', part);
+            execute format('select not exists (select 1 from pgcdc.%I where txid >= $1)', part)
+               into ok using pgcdc.retention_horizon();
+            if ok then
+                execute format('truncate pgcdc.%I', part);
+                action := 'emptied';
+            else
+                action := 'kept';  -- a writer committed into it while the lock was awaited
+            end if;
+        exception when lock_not_available then
+            action := 'busy';  -- left for a later call
+        end;
+        perform set_config('lock_timeout', saved_timeout, true);
+        partition_name := 'pgcdc.' || part;
         return next;
-    end if;
+    end loop;
 end
 $fn$;
