@@ -44,7 +44,8 @@ def consumer_rows(conn: psycopg.Connection) -> list[tuple[str, str, int, int, da
 
 
 def _capture_problems(conn: psycopg.Connection) -> list[str]:
-    """Attached tables whose capture triggers are missing or disabled: their changes are not queued."""
+    """Attached tables whose capture no longer fits them (DDL unseen by the event trigger), or whose
+    capture triggers are missing or disabled: their changes are not queued."""
     rows = conn.execute(
         "select format('%I.%I', n.nspname, c.relname), "
         "  count(t.oid) filter (where t.tgenabled <> 'D'), count(t.oid) filter (where t.tgenabled = 'D'), "
@@ -54,6 +55,17 @@ def _capture_problems(conn: psycopg.Connection) -> list[str]:
         "  ('pgcdc_capture_ins', 'pgcdc_capture_upd', 'pgcdc_capture_pk', 'pgcdc_capture_del', 'pgcdc_capture_trunc') "
         "group by 1, a.predicate order by 1").fetchall()
     problems = []
+    broken = conn.execute(
+        "select format('%I.%I', n.nspname, c.relname), min(q.at), max(q.payload->>'capture_error') "
+        "from pgcdc.commit_queue q join pgcdc.attached a using (table_id) join pg_class c on c.oid = a.relid "
+        "join pg_namespace n on n.oid = c.relnamespace "
+        "where q.op = 'T' and q.payload ? 'capture_error' and q.txid >= coalesce("
+        "  (select min(s.watermark) from pgcdc.consumer_state s where s.table_id = a.table_id), '0') "
+        "group by 1 order by 1").fetchall()
+    for table, since, error in broken:
+        problems.append(f"capture of {table} no longer fits the table ({error}, since {age(since)} ago): each write "
+                        f"queues a whole-table copy instead of its keys; run `pgcdc attach {table}` so capture "
+                        "follows the table again")
     for table, enabled, disabled, has_pk_trigger in rows:
         expected = 5 if has_pk_trigger else 4
         if disabled:
@@ -130,8 +142,9 @@ def status_report(conn: psycopg.Connection, problems: list[str] | None = None) -
                  f"queue: {partitions} partitions, {_size(size)}")
     if not capture.ddl_guard(conn):
         lines.append("note: the DDL guard (event trigger pgcdc_ddl) is not installed (only a superuser may create "
-                     "it): renaming a key column of an attached table breaks the table's writes; run `pgcdc install` "
-                     "as a superuser, or detach a table before such DDL (see docs/capture.md)")
+                     "it): after a rename or drop of a column capture names, each write queues a whole-table copy "
+                     "until `pgcdc attach TABLE`; run `pgcdc install` as a superuser to follow DDL by itself "
+                     "(see docs/capture.md)")
     if tables:
         lines.append("")
         rows = [("table", "consumers", "pending events", "pending keys", "oldest pending")]

@@ -90,3 +90,31 @@ def test_delta_follows_a_renamed_key_and_an_added_column(db: psycopg.Connection,
     db.execute("delete from t where key_id = 100")
     syncer.run()
     syncer.assert_equal("public.t")
+
+
+def test_without_the_ddl_guard_a_renamed_key_queues_copies_and_says_so(db: psycopg.Connection,
+                                                                      syncer: Syncer) -> None:
+    """An install that may not create event triggers: the capture code keeps the old names.
+    Writes must still succeed; each one queues a copy (Delta stays exact), status says why,
+    and attaching again restores capture by keys."""
+    db.execute("alter event trigger pgcdc_ddl disable")
+    db.execute("create table t (id int primary key, v text)")
+    capture.attach(db, "t")
+    db.execute("insert into t select i, 'v' from generate_series(1, 20) i")
+    syncer.run()
+    db.execute("alter table t rename column id to key_id")
+    db.execute("insert into t values (100, 'new')")  # the capture code names id: warned, not failed
+    db.execute("update t set key_id = 101 where key_id = 100")  # the key-change row trigger too
+    db.execute("delete from t where key_id = 1")
+    assert _ops(db) == ["T", "T", "T", "T"]  # (the key change fires the row and the statement trigger)
+    report, healthy = status_report(db)
+    assert not healthy and "capture of public.t no longer fits the table" in report and "pgcdc attach public.t" in report
+    syncer.run()  # the queued copy
+    syncer.assert_equal("public.t")
+    capture.attach(db, "t")  # follows the table again
+    assert capture.list_attached(db)[0].key_columns == ["key_id"]
+    db.execute("update t set v = 'after' where key_id = 2")
+    assert _ops(db)[-1] == "U"
+    syncer.run()
+    syncer.assert_equal("public.t")
+    assert status_report(db)[1]

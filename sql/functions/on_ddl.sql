@@ -45,21 +45,20 @@ begin
             continue;
         end;
         insert into pgcdc.commit_queue (txid, slot, table_id, op, shard, keys)
-        select pg_current_xact_id(), (pg_current_xact_id()::text::bigint / s.size) % s.n, a.table_id, 'T', a.shard, null
-          from (select max(value::bigint) filter (where key = 'slot_txids') as size,
-                       max(value::bigint) filter (where key = 'queue_slots') as n from pgcdc.meta) s;
+        values (pg_current_xact_id(), pgcdc._slot(pg_current_xact_id()), a.table_id, 'T', a.shard, null);
     end loop;
 end
 $fn$;
 
--- The event trigger itself: only a superuser may create one, so a role that cannot goes on
--- without it (`pgcdc status` says so).
+-- The event trigger itself: a superuser (or a managed service's admin role) may create one;
+-- a role that may not goes on without it (`pgcdc status` says so).
 do $et$
 begin
-    if not exists (select 1 from pg_event_trigger where evtname = 'pgcdc_ddl')
-       and (select rolsuper from pg_roles where rolname = current_user) then
+    if not exists (select 1 from pg_event_trigger where evtname = 'pgcdc_ddl') then
         create event trigger pgcdc_ddl on ddl_command_end when tag in ('ALTER TABLE')
             execute function pgcdc._on_ddl();
     end if;
+exception when insufficient_privilege then
+    null;
 end
 $et$;
