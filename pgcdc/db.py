@@ -18,9 +18,18 @@ def connect(dsn: SecretStr | str, *, role: str = "source.dsn", autocommit: bool 
         raise SourceError(f"{role} is not a valid PostgreSQL DSN ({scrub(str(exc), raw)}); "
                           "use 'host=... dbname=... user=...' or postgresql://user@host/db") from None
     except psycopg.OperationalError as exc:
-        reason = scrub(str(exc), raw).strip().splitlines()[-1] if str(exc).strip() else "unknown error"
+        reason = libpq_reason(scrub(str(exc), raw))
         raise SourceError(f"cannot connect to PostgreSQL via {role} ({masked_dsn(raw)}): {reason}; "
                           "check host, port, user and password") from None
+
+
+def libpq_reason(message: str) -> str:
+    """libpq's whole message on one line: its first line holds the cause ("Connection refused",
+    "timeout expired", "password authentication failed"), later ones the hint."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    if lines and lines[0].startswith("connection failed: "):
+        lines[0] = lines[0][len("connection failed: "):]
+    return "; ".join(lines) or "unknown error"
 
 
 def scrub(text: str, dsn: str) -> str:

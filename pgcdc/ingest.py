@@ -21,7 +21,7 @@ from pgcdc.capture import AttachedTable
 from pgcdc.db import connect, jdbc_options
 from pgcdc.deltalog import table_schema
 from pgcdc.jvm import in_background
-from pgcdc.errors import TableError, TargetError
+from pgcdc.errors import PgcdcError, TableError, TargetError
 from pgcdc.settings import Settings
 from pgcdc.state import (ConsumerState, committed_batch, committing_batch, load_state, local_folder,
                          mark_committing, mirror_state, read_state_file, register_table, resync_reason,
@@ -108,14 +108,30 @@ class Job:
             with reader.transaction():
                 start = events.take_snapshot(reader)
             record_run(primary, self.settings.consumer, started=True)
+            reports: list[TableReport] = []
+            failed: list[tuple[str, Exception]] = []
             try:
-                reports = [self.sync_table(primary, reader, jdbc, identity, t) for t in tables]
+                for t in tables:
+                    try:
+                        reports.append(self.sync_table(primary, reader, jdbc, identity, t))
+                    except Exception as exc:  # one table's problem never holds the others back
+                        self.say(f"{t.name}: FAILED: {_first_line(exc)}")
+                        failed.append((t.name, exc))
                 for action, part in capture.maintain(primary):
                     self.say(f"queue: {action} {part}")
             except BaseException as exc:
                 with suppress(psycopg.Error):  # (the connection may be what failed)
                     record_run(primary, self.settings.consumer, error=_first_line(exc))
                 raise
+            if failed:
+                summary = "; ".join(f"{name}: {_first_line(exc)}" for name, exc in failed)
+                record_run(primary, self.settings.consumer, error=f"{len(failed)} of {len(tables)} table(s) failed: "
+                                                                   f"{summary}")
+                name, exc = failed[0]  # (the others were reported above and in `pgcdc status`)
+                if isinstance(exc, PgcdcError):
+                    raise exc
+                raise TargetError(f"syncing {name} failed: {_first_line(exc)}; the other tables went on; fix it "
+                                  "and run `pgcdc ingest` again") from exc
             record_run(primary, self.settings.consumer, start_txmin=start.txmin)
         return reports
 
@@ -402,10 +418,19 @@ def _moved(state: ConsumerState, batch: events.Batch | None) -> ConsumerState:
     return state if batch is None else replace(batch.next_state(state), batch=state.batch, run_id=state.run_id)
 
 
+def preflight(settings: Settings, tables: list[str]) -> None:
+    """What can be checked without Spark, before its 20-30 s start: the source answers, pgcdc is
+    installed at the right version, and the tables to sync are attached."""
+    with connect(settings.source.dsn) as conn:
+        select_tables(conn, tables)
+
+
 def run(settings: Settings, spark: "SparkSession | None" = None, say: Callable[[str], None] = print) -> list[TableReport]:
     """Run the ingest job once (creates a local Spark session unless given one)."""
     from pgcdc.spark import get_session
 
+    if spark is None:
+        preflight(settings, settings.tables)
     return Job(settings, spark or get_session(settings.spark), say).run()
 
 
@@ -414,4 +439,6 @@ def resync(settings: Settings, tables: list[str], spark: "SparkSession | None" =
     """Copy tables again from scratch into their Delta tables (see Job.resync)."""
     from pgcdc.spark import get_session
 
+    if spark is None:
+        preflight(settings, tables)
     return Job(settings, spark or get_session(settings.spark), say).resync(tables, restored)

@@ -141,15 +141,38 @@ def load_settings(config: str | Path | None = None) -> Settings:
         raise ConfigError(f"invalid settings in {where}: {describe_errors(exc)}") from None
 
 
+def _env_name(loc: tuple[Any, ...]) -> str:
+    return "PGCDC_" + "__".join(str(p).upper() for p in loc if not isinstance(p, int))
+
+
 def describe_errors(exc: ValidationError) -> str:
-    """One line per problem, naming the setting and its env variable; input values are left out (they may be secrets)."""
+    """One line per problem, naming the setting and its env variable (and saying when the value
+    came from that variable); input values are left out (they may be secrets)."""
     parts = []
     for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"])
-        env = "PGCDC_" + "__".join(str(p).upper() for p in err["loc"] if not isinstance(p, int))
-        msg = "missing; set it in the config file or " + env if err["type"] == "missing" else err["msg"]
-        parts.append(f"{key}: {msg}")
+        loc = tuple(err["loc"])
+        key = ".".join(str(p) for p in loc)
+        if err["type"] == "missing":
+            missing = _required_under(loc) or [loc]
+            msg = "missing; set " + " and ".join(
+                f"{'.'.join(map(str, m))} in the config file or {_env_name(m)}" for m in missing)
+        else:
+            msg = err["msg"]
+        source = f" (from {_env_name(loc)})" if loc and _env_name(loc) in os.environ else ""
+        parts.append(f"{key}{source}: {msg}")
     return "; ".join(parts)
+
+
+def _required_under(loc: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """For a missing section (e.g. `source`), the required settings inside it (`source.dsn`)."""
+    model: Any = Settings
+    for part in loc:
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        model = field.annotation
+    fields = getattr(model, "model_fields", None)
+    return [(*loc, name) for name, f in fields.items() if f.is_required()] if fields else []
 
 
 def masked_dsn(dsn: SecretStr | str | None) -> str | None:

@@ -40,8 +40,16 @@ def test_wrong_password_is_a_clear_error_without_the_password(pg_server, dsn: st
 
 
 def test_nothing_listening_is_a_clear_error(pg_server) -> None:
-    with pytest.raises(SourceError, match="cannot connect to PostgreSQL via source.dsn"):
+    """libpq's cause ("Connection refused") is kept, not only its hint."""
+    with pytest.raises(SourceError, match="cannot connect to PostgreSQL via source.dsn") as info:
         connect(pg_server.dsn(None, port=str(free_port()), password="Top-Secret"))
+    msg = str(info.value)
+    assert "failed: Connection refused; Is the server running" in msg and "Top-Secret" not in msg
+
+
+def test_unknown_host_is_a_clear_error(pg_server) -> None:
+    with pytest.raises(SourceError, match="failed to resolve host 'nosuchhost.invalid'"):
+        connect(pg_server.dsn(None, host="nosuchhost.invalid"))
 
 
 def test_malformed_dsn(pg_server) -> None:

@@ -322,3 +322,36 @@ def test_deletion_vectors_turned_off_by_another_tool_is_a_clear_error(db: psycop
     syncer.spark.sql(f"alter table delta.`{path}` set tblproperties ('delta.enableDeletionVectors' = 'true')")
     assert syncer.run()["public.t"].events == 1
     syncer.assert_equal("public.t")
+
+
+def test_one_tables_failure_never_holds_the_others_back(db: psycopg.Connection, syncer, capsys) -> None:
+    """A column name Delta refuses (a space, without column mapping) fails its table only: the
+    table after it is synced, the run exits with an error naming the table, status says so."""
+    from pgcdc.status import status_report
+
+    db.execute('create table a_bad (id int primary key, "my col" text)')
+    db.execute("create table b_good (id int primary key, v text)")
+    db.execute("insert into a_bad values (1, 'x')")
+    db.execute("insert into b_good values (1, 'y')")
+    capture.attach(db, "a_bad")
+    capture.attach(db, "b_good")
+    with pytest.raises(TargetError, match=r"syncing public.a_bad failed: .*the other tables went on"):
+        syncer.run()
+    syncer.assert_equal("public.b_good")
+    assert any(line.startswith("public.a_bad: FAILED:") for line in syncer.lines)
+    report, healthy = status_report(db)
+    assert not healthy and "1 of 2 table(s) failed: public.a_bad:" in report
+
+
+@pytest.mark.parametrize("command", [["ingest"], ["resync", "public.missing"]])
+def test_ingest_checks_the_source_before_starting_spark(conn: psycopg.Connection, dsn: str, tmp_path: Path,
+                                                       command: list[str]) -> None:
+    """pgcdc not installed (or a table not attached): the error comes at once, not after
+    Spark's start and its screens of output."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"[source]\ndsn = \"{dsn}\"\n[target]\nroot = \"{tmp_path}\"\n")
+    proc = subprocess.run([sys.executable, "-m", "pgcdc", "--config", str(cfg), *command],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "pgcdc is not installed in database" in proc.stderr and "run `pgcdc install`" in proc.stderr
+    assert "ivy" not in proc.stderr.lower() and "spark" not in proc.stderr.lower(), proc.stderr[-2000:]

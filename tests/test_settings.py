@@ -61,7 +61,7 @@ def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
 def test_missing_dsn_names_the_setting(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text('[target]\nroot = "/x"\n')
-    with pytest.raises(ConfigError, match=r"source: missing; set it in the config file or PGCDC_SOURCE"):
+    with pytest.raises(ConfigError, match=r"source: missing; set source.dsn in the config file or PGCDC_SOURCE__DSN"):
         load_settings(path)
 
 
@@ -95,3 +95,10 @@ def test_cli_missing_config_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.startswith("pgcdc: error: config file") and proc.stderr.count("\n") == 1
     assert "Traceback" not in proc.stderr
+
+
+def test_bad_environment_value_is_attributed_to_its_variable(config_file: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PGCDC_INGEST__MAX_EVENTS_PER_BATCH", "lots")
+    with pytest.raises(ConfigError, match=r"ingest.max_events_per_batch \(from PGCDC_INGEST__MAX_EVENTS_PER_BATCH\)"):
+        load_settings(config_file)
