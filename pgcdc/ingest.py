@@ -160,7 +160,7 @@ class Job:
                 # between the commit and the file write, and then the lagging state still sees
                 # the committed batch's events as pending, so it is never idle.
                 self.check_state(primary, quick, identity, t, path)
-                return self.finish(primary, reader, _moved(quick, batch), path, report)
+                return self.finish(primary, reader, self.moved(path, quick, batch), path, report)
         state = load_state(self.spark, path, s.consumer)
         if state is None:
             state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, 0)
@@ -194,7 +194,7 @@ class Job:
             elif batch.events == 0:
                 # nothing of this table below the new watermark: no Delta commit; the mirror
                 # (written below) may move ahead: the events retention then drops are not this table's
-                state = _moved(state, batch)
+                state = self.moved(path, state, batch)
             else:
                 row_bytes = table_bytes / max(rows, 1)  # (reltuples is -1 before the first analyze)
                 state = self.apply_batch(primary, reader, jdbc, t, columns, batch, snap, row_bytes, state, path,
@@ -215,6 +215,15 @@ class Job:
         report.pending_events = self.pending(reader, state)
         self.say(report.line())
         return report
+
+    def moved(self, path: str, state: ConsumerState, batch: events.Batch | None) -> ConsumerState:
+        """The state once a batch without events (or none) is passed, also kept in the state file,
+        so what a run prints and mirrors is what the next run starts from (it never goes down).
+        It is as true as the committed state: the table had no events in between."""
+        moved = _moved(state, batch)
+        if moved != state:
+            write_state_file(self.spark, path, moved)
+        return moved
 
     def horizon(self, start: events.Snapshot) -> int:
         """Where one run stops for a table while writers go on: once everything below the txmin

@@ -355,3 +355,29 @@ def test_ingest_checks_the_source_before_starting_spark(conn: psycopg.Connection
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "pgcdc is not installed in database" in proc.stderr and "run `pgcdc install`" in proc.stderr
     assert "ivy" not in proc.stderr.lower() and "spark" not in proc.stderr.lower(), proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("mode", ["strict", "out_of_order"])
+def test_printed_watermark_is_the_stored_one_and_never_goes_down(db: psycopg.Connection, syncer, dsn: str,
+                                                                 mode: str) -> None:
+    """An idle table's watermark moves up with the database's txids: what a run prints is what
+    its state file keeps (the next run starts from it), so it never goes down."""
+    db.execute("create table t (id int primary key)")
+    db.execute("create table other (id int primary key)")
+    capture.attach(db, "t")
+    capture.attach(db, "other")
+    db.execute("insert into t values (1)")
+    seen = []
+    with psycopg.connect(dsn) as long_tx:
+        for i in range(4):
+            db.execute("insert into other values (%s)", (i,))  # txids move on; t stays idle
+            if i == 1:
+                long_tx.execute("insert into other values (100)")  # held open: holds txmin back
+            report = syncer.run(mode=mode)["public.t"]
+            assert report.watermark == syncer.watermark("public.t")
+            seen.append(report.watermark)
+        long_tx.commit()
+    report = syncer.run(mode=mode)["public.t"]
+    seen.append(report.watermark)
+    assert seen == sorted(seen) and seen[-1] > seen[0], seen
+    syncer.assert_equal("public.t")
