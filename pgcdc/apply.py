@@ -53,6 +53,26 @@ class Written:
     deleted: int
 
 
+def check_target_root(root: str) -> str:
+    """Check that a local target root can hold Delta tables (it is made if missing); return
+    what was checked. TargetError if not. A remote root (s3a://, ...) is checked by Spark."""
+    import tempfile
+
+    from pgcdc.state import local_folder
+
+    folder = local_folder(root)
+    if folder is None:
+        return f"{root} (remote: checked when Spark first writes)"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".pgcdc-check-"):
+            pass
+    except OSError as exc:
+        raise TargetError(f"target.root {root} is not writable ({exc.strerror}); make it writable for this user "
+                          "or point target.root elsewhere") from None
+    return f"{folder.resolve()} (writable)"
+
+
 def target_path(root: str, table: str) -> str:
     """Where a table lands: <root>/<schema>.<table>, names as in PostgreSQL (unquoted);
     a relative local root is taken from the current directory."""

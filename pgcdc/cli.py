@@ -28,19 +28,32 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Check that the settings load and PostgreSQL answers; say what to do next."""
+    """Check every part the settings name that can be reached without Spark; say what to do next."""
+    from pgcdc import apply, capture
     from pgcdc.db import connect
+    from pgcdc.errors import SourceError
     from pgcdc.settings import masked_dsn
 
     settings = _settings(args)
+    identities = {}
     for role, dsn in (("source.dsn", settings.source.dsn), ("source.replica_dsn", settings.source.replica_dsn)):
         if dsn is None:
             continue
         with connect(dsn, role=role) as conn:
             version = conn.execute("select current_setting('server_version')").fetchone()[0]
             standby = conn.execute("select pg_is_in_recovery()").fetchone()[0]
-        print(f"{role}: ok ({masked_dsn(dsn)}; PostgreSQL {version}{', hot standby' if standby else ''})")
-    print(f"target.root: {settings.target.root}")
+            installed = capture.installed_version(conn)
+            identities[role] = capture.identity(conn)
+        if role == "source.replica_dsn" and not standby:
+            raise SourceError("source.replica_dsn is not a hot standby (a primary, or promoted); point it at a "
+                              "standby of source.dsn, or remove it")
+        print(f"{role}: ok ({masked_dsn(dsn)}; PostgreSQL {version}{', hot standby' if standby else ''}"
+              f"{'' if role != 'source.dsn' else f'; pgcdc schema v{installed}' if installed else '; pgcdc not installed'})")
+    if len(identities) == 2 and len(set(identities.values())) == 2:
+        raise SourceError(f"source.replica_dsn is not a standby of source.dsn's database (identity "
+                          f"{identities['source.replica_dsn']}, the primary's {identities['source.dsn']}); "
+                          "point it at a standby of the same cluster and database")
+    print(f"target.root: {apply.check_target_root(settings.target.root)}")
     return 0
 
 

@@ -429,9 +429,10 @@ def _moved(state: ConsumerState, batch: events.Batch | None) -> ConsumerState:
 
 def preflight(settings: Settings, tables: list[str]) -> None:
     """What can be checked without Spark, before its 20-30 s start: the source answers, pgcdc is
-    installed at the right version, and the tables to sync are attached."""
+    installed at the right version, the tables to sync are attached, a local target is writable."""
     with connect(settings.source.dsn) as conn:
         select_tables(conn, tables)
+    apply.check_target_root(settings.target.root)
 
 
 def run(settings: Settings, spark: "SparkSession | None" = None, say: Callable[[str], None] = print) -> list[TableReport]:

@@ -69,3 +69,28 @@ def test_reading_connections_wait_until_their_standby_replayed_the_planning_posi
         s.execute(replayed_at_least(ahead, seconds=30))  # waits until replay passes it
         assert s.execute("select count(*) from t").fetchone()[0] == 1
     db.execute(replayed_at_least(ahead, seconds=0.5))  # a primary has every change: no wait
+
+
+def test_check_tests_the_replica_and_the_target(db: psycopg.Connection, pg_standby, dsn: str, tmp_path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from pgcdc.cli import main
+
+    dbname = conninfo_to_dict(dsn)["dbname"]
+    wait_for_replay(db, pg_standby.dsn(dbname))
+
+    def check(replica: str, root: str) -> tuple[int, str]:
+        cfg = tmp_path / "c.toml"
+        cfg.write_text(f'[source]\ndsn = "{dsn}"\nreplica_dsn = "{replica}"\n[target]\nroot = "{root}"\n')
+        code = main(["--config", str(cfg), "check"])
+        out = capsys.readouterr()
+        return code, out.out + out.err
+
+    code, out = check(pg_standby.dsn(dbname), str(tmp_path / "lake"))
+    assert code == 0 and "hot standby" in out and "(writable)" in out and "pgcdc schema v" in out, out
+    code, out = check(dsn, str(tmp_path / "lake"))  # the primary itself
+    assert code == 2 and "source.replica_dsn is not a hot standby" in out
+    code, out = check(pg_standby.dsn("postgres"), str(tmp_path / "lake"))  # a standby, of another database
+    assert code == 2 and "is not a standby of source.dsn's database" in out
+    (tmp_path / "file").write_text("x")
+    code, out = check(pg_standby.dsn(dbname), str(tmp_path / "file" / "lake"))
+    assert code == 2 and "target.root" in out and "is not writable" in out
