@@ -21,7 +21,7 @@ from pgcdc.capture import AttachedTable
 from pgcdc.db import connect, jdbc_options
 from pgcdc.deltalog import table_schema
 from pgcdc.jvm import in_background
-from pgcdc.errors import PgcdcError, TableError, TargetError
+from pgcdc.errors import TableError, TargetError
 from pgcdc.settings import Settings
 from pgcdc.state import (ConsumerState, committed_batch, committing_batch, load_state, local_folder,
                          mark_committing, mirror_state, read_state_file, register_table, resync_reason,
@@ -127,11 +127,7 @@ class Job:
                 summary = "; ".join(f"{name}: {_first_line(exc)}" for name, exc in failed)
                 record_run(primary, self.settings.consumer, error=f"{len(failed)} of {len(tables)} table(s) failed: "
                                                                    f"{summary}")
-                name, exc = failed[0]  # (the others were reported above and in `pgcdc status`)
-                if isinstance(exc, PgcdcError):
-                    raise exc
-                raise TargetError(f"syncing {name} failed: {_first_line(exc)}; the other tables went on; fix it "
-                                  "and run `pgcdc ingest` again") from exc
+                raise failed[0][1]  # (every failed table was named above and is in `pgcdc status`)
             record_run(primary, self.settings.consumer, start_txmin=start.txmin)
         return reports
 
@@ -416,8 +412,14 @@ def record_run(primary: psycopg.Connection, consumer: str, *, started: bool = Fa
 
 
 def _first_line(exc: BaseException) -> str:
-    """What `pgcdc status` shows of a failed run: the error's first line, its type if empty."""
-    lines = str(exc).strip().splitlines()
+    """What `pgcdc status` shows of a failed run: the error's first line (for a JVM error, the
+    JVM exception's own message, not Py4J's "An error occurred while calling ..."), its type if empty."""
+    java = getattr(exc, "java_exception", None)
+    text = str(exc)
+    if java is not None:
+        with suppress(Exception):
+            text = str(java.toString())
+    lines = text.strip().splitlines()
     return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__
 
 
