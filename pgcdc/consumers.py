@@ -68,23 +68,15 @@ def list_consumers(conn: psycopg.Connection) -> list[ConsumerInfo]:
     rows = conn.execute(
         "select c.name, count(s.table_id), min(s.watermark)::text::bigint, coalesce(sum(p.events), 0), "
         "  min(p.oldest), max(s.updated_at), "
-        "  coalesce(array_agg(s.table_id::text) filter (where s.resync_reason is not null), '{}') "
-        "from pgcdc.consumer c left join (pgcdc.consumer_state s join pgcdc.attached a using (table_id)) "
-        "  on s.consumer = c.name "
+        "  coalesce(array_agg(format('%I.%I', n.nspname, r.relname)) filter (where s.resync_reason is not null), "
+        "           '{}') "
+        "from pgcdc.consumer c left join (pgcdc.consumer_state s join pgcdc.attached a using (table_id) "
+        "  join pg_class r on r.oid = a.relid join pg_namespace n on n.oid = r.relnamespace) on s.consumer = c.name "
         "left join lateral (select count(*) as events, min(q.at) as oldest from pgcdc.commit_queue q "
         "                    where q.table_id = s.table_id and q.txid >= s.watermark) p on true "
         "group by c.name order by c.name").fetchall()
-    out = []
-    for name, tables, low, events, oldest, last, marked in rows:
-        names = [table_name(conn, int(t)) for t in marked]
-        out.append(ConsumerInfo(name, tables, low, int(events), oldest, last, names, is_running(conn, name)))
-    return out
-
-
-def table_name(conn: psycopg.Connection, table_id: int) -> str:
-    return conn.execute("select format('%%I.%%I', n.nspname, c.relname) from pgcdc.attached a "
-                        "join pg_class c on c.oid = a.relid join pg_namespace n on n.oid = c.relnamespace "
-                        "where a.table_id = %s", (table_id,)).fetchone()[0]
+    return [ConsumerInfo(name, tables, low, int(events), oldest, last, sorted(marked), is_running(conn, name))
+            for name, tables, low, events, oldest, last, marked in rows]
 
 
 def drop(conn: psycopg.Connection, name: str) -> int:

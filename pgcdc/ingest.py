@@ -278,7 +278,7 @@ class Job:
         deadline = time.monotonic() + timeout
         while True:
             with reader.transaction():
-                now = int(reader.execute("select pg_snapshot_xmin(pg_current_snapshot())::text::bigint").fetchone()[0])
+                now = events.take_snapshot(reader).txmin
             if now >= txmin:
                 return
             if time.monotonic() > deadline:

@@ -252,7 +252,7 @@ def register_table(conn: "psycopg.Connection", consumer: str, table_id: int, tar
         "values (%s, %s, %s, %s::text::xid8, 0) on conflict (consumer, table_id) do update "
         "set watermark = least(pgcdc.consumer_state.watermark, excluded.watermark), "
         "copy_from = case when pgcdc.consumer_state.resync_reason is not null "
-        "  then least(coalesce(pgcdc.consumer_state.copy_from, excluded.watermark), excluded.watermark) end",
+        "  then least(pgcdc.consumer_state.copy_from, excluded.watermark) end",  # (least() skips a null)
         (consumer, table_id, target, str(xmin)))
     return xmin
 

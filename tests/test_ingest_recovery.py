@@ -324,7 +324,7 @@ def test_deletion_vectors_turned_off_by_another_tool_is_a_clear_error(db: psycop
     syncer.assert_equal("public.t")
 
 
-def test_one_tables_failure_never_holds_the_others_back(db: psycopg.Connection, syncer, capsys) -> None:
+def test_one_tables_failure_never_holds_the_others_back(db: psycopg.Connection, syncer) -> None:
     """A column name Delta refuses (a space, without column mapping) fails its table only: the
     table after it is synced, the run exits with an error naming the table, status says so."""
     from pgcdc.status import status_report
