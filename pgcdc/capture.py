@@ -15,7 +15,7 @@ import psycopg
 
 from pgcdc.errors import SchemaError, TableError, TargetError
 
-SCHEMA_VERSION = 3  # bump with every change to sql/; install upgrades older schemas in place
+SCHEMA_VERSION = 4  # bump with every change to sql/; install upgrades older schemas in place
 _LOCK = "select pg_advisory_xact_lock(hashtext('pgcdc.install'))"
 
 
@@ -143,6 +143,10 @@ def install(conn: psycopg.Connection, slot_txids: int | None = None) -> tuple[in
     """
     with conn.transaction():
         conn.execute(_LOCK)
+        server = conn.info.server_version
+        if server < 140000:
+            raise SchemaError(f"pgcdc needs PostgreSQL 14 or later; the server of database {conn.info.dbname} is "
+                              f"{server // 10000}.{server % 10000}")
         previous = installed_version(conn)
         if previous is not None and previous > SCHEMA_VERSION:
             raise SchemaError(f"database {conn.info.dbname} has pgcdc schema version {previous}, newer than this "

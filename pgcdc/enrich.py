@@ -8,10 +8,14 @@ Each key comes with its current row (every Delta row with that key is replaced b
 it); a key without one (or whose row no longer matches the attach predicate) is a
 delete.
 
-Column types are mapped so nothing is lost on the way to Delta: types Spark's JDBC
-reader maps exactly are read as they are; the rest (unconstrained or > 38 digit
-numeric, uuid, json/jsonb, enums, intervals, network types, ...) are read as their
-PostgreSQL text form.
+Column types are mapped as docs/types.md lists them, decided here alone (Column): every value
+lands exactly, a value Delta's type has no room for lands by a documented rule (infinity
+as null), or the table's read stops with an error naming the column and row (pgcdc._unfit).
+Types Spark's JDBC reader maps exactly are read as they are; dates and timestamps travel as
+numbers (days, microseconds since 1970) that Spark turns back into dates and timestamps
+(the JDBC driver's java.sql conversions shift dates before 1582 and drop the era of BC
+timestamps); the rest (numeric wider than 38 digits, uuid, json/jsonb, enums, intervals,
+network types, ...) are read as their PostgreSQL text form.
 """
 
 from __future__ import annotations
@@ -32,15 +36,22 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-# Types Spark's PostgreSQL JDBC dialect maps without loss (numeric only with precision <= 38).
-NATIVE = {"int2", "int4", "int8", "float4", "float8", "bool", "text", "varchar", "bpchar", "date",
-          "timestamp", "timestamptz", "bytea", "numeric"}
-NATIVE_ELEMENTS = NATIVE - {"numeric", "bytea"}
+# Types Spark's PostgreSQL JDBC dialect maps without loss, as they are.
+NATIVE = {"int2", "int4", "int8", "float4", "float8", "bool", "text", "varchar", "bpchar", "bytea"}
+NATIVE_ELEMENTS = NATIVE - {"bytea"}
+TIMES = {"date", "timestamp", "timestamptz"}
+# The latest timestamp Spark holds (microseconds since 1970 in a signed 64-bit number).
+LAST_MICROS = "294247-01-10 04:00:54.775807"
+UNCONSTRAINED_NUMERIC = "decimal(38,18)"
+
+
+def _lit(text: str) -> str:
+    return sql.Literal(text).as_string(None)
 
 
 @dataclass(frozen=True)
 class Column:
-    """One column of a source table, with how it is read."""
+    """One column of a source table, with how it is read (docs/types.md)."""
 
     name: str
     type_sql: str       # format_type(), qualified: used to decode keys
@@ -48,24 +59,78 @@ class Column:
     is_array: bool
     numeric_precision: int | None
 
-    @property
-    def native(self) -> bool:
-        if self.is_array:
-            return self.base in NATIVE_ELEMENTS
-        if self.base == "numeric":
-            return self.numeric_precision is not None and self.numeric_precision <= 38
-        return self.base in NATIVE
+    def form(self, key: bool = False) -> str:
+        """How the column travels: "native" (as it is), "date"/"timestamp"/"timestamptz" (as a
+        number, see the module docstring), "decimal" (numeric(p,s), p <= 38; NaN as null),
+        "decimal38" (unconstrained numeric, rounded to 18 places) or "text" (its text form).
+        A key must have one exact form per value: an unconstrained numeric key is text."""
+        if self.base in TIMES:
+            return self.base
+        if self.base == "numeric" and not self.is_array:
+            if self.numeric_precision is None:  # unconstrained
+                return "text" if key else "decimal38"
+            return "decimal" if self.numeric_precision <= 38 else "text"
+        return "native" if self.base in (NATIVE_ELEMENTS if self.is_array else NATIVE) else "text"
 
-    def select(self, expr: str, key: bool = False) -> str:
-        """The SQL that reads this column (given as `expr`) in a Spark-safe form.
+    def select(self, expr: str, key: bool = False, table: str = "", row: str = "null") -> str:
+        """The SQL that reads this column (given as `expr`) in its travelling form. A value
+        with no exact form ends the read with pgcdc._unfit naming `table`, the column and
+        the row's key (`row`, an SQL expression).
 
         A key stored as text must have one text per value, or equal keys (numeric 1.0 and
-        1.00) would not match in Delta: numeric keys lose trailing zeros."""
-        if self.native:
-            return expr
-        if key and self.base == "numeric" and not self.is_array:
-            return f"pg_catalog.trim_scale({expr})::text"
-        return f"({expr})::text[]" if self.is_array else f"({expr})::text"
+        1.00) would not match in Delta: numeric keys lose trailing zeros. A key never
+        becomes null (infinity, NaN): it is refused."""
+        form = self.form(key)
+
+        def refuse(why: str, as_type: str) -> str:
+            return (f"pgcdc._unfit({_lit(table)}, {_lit(self.name)}, ({row})::text, ({expr})::text, "
+                    f"{_lit(why)})::{as_type}")
+
+        if self.is_array:
+            if form in TIMES:
+                inner = f"array(select {Column(self.name, '', self.base, False, None).select('e')} " \
+                        f"from unnest({expr}) with ordinality u(e, o) order by o)"
+                typ = "int4[]" if form == "date" else "int8[]"
+            else:
+                inner, typ = (expr, self.type_sql) if form == "native" else (f"({expr})::text[]", "text[]")
+            why = "Delta arrays are one-dimensional and start at 1; store such values in a jsonb or text column"
+            return (f"case when ({expr}) is null then null when array_ndims({expr}) > 1 or array_lower({expr}, 1) <> 1 "
+                    f"then {refuse(why, typ)} else {inner} end")
+        if form in TIMES:
+            number = f"({expr}) - date '1970-01-01'" if form == "date" else \
+                f"(extract(epoch from {expr}) * 1000000)::int8"
+            fits = f"isfinite({expr})" if form == "date" else \
+                f"isfinite({expr}) and ({expr}) <= {_lit(LAST_MICROS + ('+00' if form == 'timestamptz' else ''))}" \
+                f"::{form}"
+            if key:
+                why = f"a key must land exactly; Delta's {form} holds no infinity and no time after {LAST_MICROS}"
+                return f"case when {fits} then {number} else {refuse(why, 'int8')} end"
+            return f"case when {fits} then {number} end"
+        if form == "decimal":
+            if key:
+                return f"case when ({expr}) = 'NaN' then {refuse('a key must land exactly; Delta decimals hold no NaN', 'numeric')} else {expr} end"
+            return f"nullif({expr}, 'NaN')"
+        if form == "decimal38":
+            why = (f"an unconstrained numeric lands as {UNCONSTRAINED_NUMERIC}, which holds at most 20 digits before "
+                   "the point; give the column a precision (numeric(p,s): up to 38 digits lands as a decimal, "
+                   "more as exact text), then `pgcdc resync`")
+            return (f"case when ({expr}) is null or ({expr}) in ('NaN', 'Infinity', '-Infinity') then null "
+                    f"when abs(round({expr}, 18)) < 1e20 then round({expr}, 18) else {refuse(why, 'numeric')} end")
+        if form == "text":
+            if key and self.base == "numeric":
+                return f"pg_catalog.trim_scale({expr})::text"
+            return f"({expr})::text"
+        return expr
+
+    def spark(self, name: str, key: bool = False) -> str:
+        """The Spark SQL that turns this column as read (under `name`) into its Delta type."""
+        ref = "`" + name.replace("`", "``") + "`"
+        restore = {"date": "date_from_unix_date({})", "timestamptz": "timestamp_micros({})",
+                   "timestamp": "timestampadd(MICROSECOND, {}, TIMESTAMP_NTZ'1970-01-01 00:00:00')"}.get(self.form(key))
+        if restore is None:
+            return ref
+        value = f"transform({ref}, e -> {restore.format('e')})" if self.is_array else restore.format(ref)
+        return f"{value} as {ref}"
 
 
 def table_columns(conn: psycopg.Connection, table: str) -> list[Column]:
@@ -85,9 +150,28 @@ def _ident(name: str) -> str:
     return sql.Identifier(name).as_string(None)
 
 
-def _select_list(columns: list[Column], alias: str, keys: list[str]) -> str:
-    """Every column (of table alias `alias`) in a Spark-safe form; `keys` get the key form."""
-    return ", ".join(f"{c.select(alias + '.' + _ident(c.name), c.name in keys)} as {_ident(c.name)}" for c in columns)
+def _row_key(alias: str, keys: list[str]) -> str:
+    """SQL naming a row of `alias` by its key, for errors."""
+    refs = [f"{alias}.{_ident(k)}" for k in keys]
+    return refs[0] if len(refs) == 1 else f"row({', '.join(refs)})"
+
+
+def _select_list(columns: list[Column], alias: str, t: AttachedTable) -> str:
+    """Every column (of table alias `alias`) in its travelling form; key columns in the key form."""
+    row = _row_key(alias, t.key_columns)
+    return ", ".join(f"{c.select(alias + '.' + _ident(c.name), c.name in t.key_columns, t.name, row)} "
+                     f"as {_ident(c.name)}" for c in columns)
+
+
+def restored(frame: "DataFrame", columns: list[Column], key_columns: list[str]) -> "DataFrame":
+    """A JDBC read of this module's queries with every column in its Delta type (Column.spark)."""
+    by_name = {c.name: c for c in columns}
+    exprs = []
+    for name in frame.columns:
+        key = name.startswith(KEY_PREFIX)
+        column = by_name[name[len(KEY_PREFIX):] if key else name]
+        exprs.append(column.spark(name, key or name in key_columns))
+    return frame.selectExpr(*exprs)
 
 
 def _decode_key(t: AttachedTable, key: str) -> list[str]:
@@ -116,11 +200,12 @@ def batch_query(t: AttachedTable, columns: list[Column], batch: Batch) -> str:
     """The SQL reading the batch's keys (KEY_PREFIX columns, in the form the Delta table holds
     them), each with its current row: all row columns null when the row is gone (or no
     longer matches the attach predicate), which makes the key a delete."""
-    keys = ", ".join(f"{c.select('k.' + _ident(c.name), key=True)} as {_ident(KEY_PREFIX + c.name)}"
+    row = _row_key("k", t.key_columns)
+    keys = ", ".join(f"{c.select('k.' + _ident(c.name), True, t.name, row)} as {_ident(KEY_PREFIX + c.name)}"
                      for c in columns if c.name in t.key_columns)
     join = " and ".join(f"t.{r} = k.{r}" for r in (_ident(k) for k in t.key_columns))
     predicate = f" and ({t.predicate})" if t.predicate else ""
-    return (f"select {keys}, {_select_list(columns, 't', t.key_columns)} "
+    return (f"select {keys}, {_select_list(columns, 't', t)} "
             f"from {_batch_keys(t, batch)} left join {t.name} t on {join}{predicate}")
 
 
@@ -179,7 +264,7 @@ def copy_query(t: AttachedTable, columns: list[Column], lo_page: int, hi_page: i
         where.append(f"src.ctid < '({int(hi_page)},0)'::tid")
     if t.predicate:
         where.append(f"({t.predicate})")
-    return f"select {_select_list(columns, 'src', t.key_columns)} from {t.name} src where {' and '.join(where)}"
+    return f"select {_select_list(columns, 'src', t)} from {t.name} src where {' and '.join(where)}"
 
 
 def _props(jdbc: dict[str, str]) -> tuple[str, dict[str, str]]:
@@ -188,7 +273,8 @@ def _props(jdbc: dict[str, str]) -> tuple[str, dict[str, str]]:
     return props.pop("url"), props
 
 
-def _read(spark: "SparkSession", jdbc: dict[str, str], queries: list[str], snapshot: str | None = None) -> "DataFrame":
+def _read(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column], queries: list[str],
+          snapshot: str | None = None) -> "DataFrame":
     """Union of one single-partition JDBC read per query: each query is read by its own task,
     with its own connection. Used for copies, whose page-range filter (ctid) has to sit
     inside the query; a batch is read as one relation cut by `predicates` (read_batch).
@@ -205,7 +291,7 @@ def _read(spark: "SparkSession", jdbc: dict[str, str], queries: list[str], snaps
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other)
-    return df
+    return restored(df, columns, t.key_columns)
 
 
 def key_bounds(conn: psycopg.Connection, t: AttachedTable, batch: Batch) -> tuple[int, int] | None:
@@ -250,7 +336,7 @@ def keys_fit_driver(t: AttachedTable, columns: list[Column]) -> bool:
     if len(t.key_columns) != 1:
         return False
     key = next(c for c in columns if c.name == t.key_columns[0])
-    return not key.is_array and (key.base in DRIVER_KEY_TYPES or not key.native)
+    return not key.is_array and (key.base in DRIVER_KEY_TYPES or key.form(key=True) == "text")
 
 
 DRIVER_ROWS_BYTES = 64 * 1024 * 1024  # a batch's rows read into the driver: at most about this much (estimated)
@@ -265,7 +351,7 @@ def fetch_keys(conn: psycopg.Connection, t: AttachedTable, columns: list[Column]
     import pyarrow.compute as pc
 
     key = next(c for c in columns if c.name == t.key_columns[0])
-    form = key.select(_decode_key(t, "u.k")[0], key=True)
+    form = key.select(_decode_key(t, "u.k")[0], True, t.name, "u.k")
     with conn.cursor(binary=True) as cur:  # one array value: no per-row work in Python
         (values,) = cur.execute(f"select array_agg({form}) from pgcdc.commit_queue q "
                                 f"cross join lateral unnest(q.keys) u(k) where {batch.filter_sql('q')}").fetchone()
@@ -278,14 +364,14 @@ def fetch_rows(conn: psycopg.Connection, t: AttachedTable, columns: list[Column]
     """The live rows (values in column order) of `keys` (from fetch_keys), read into the
     driver (driver_write); each row once, and only rows of these keys, so the batch never
     adds a row whose old version it did not mark deleted. None where psycopg has no Python
-    value for one (a date past year 9999, a timestamp 'infinity'): Spark reads them."""
+    value for one: Spark reads them."""
     key = next(c for c in columns if c.name == t.key_columns[0])
     # the keys come back in the table's type the way the queue's keys are decoded
     decoded = _decode_key(t, "k.k")[0]
     predicate = f" and ({t.predicate})" if t.predicate else ""
     def text(part: str) -> str:  # names may hold "%", which the query's one parameter makes special
         return part.replace("%", "%%")
-    query = (text(f"select {_select_list(columns, 't', t.key_columns)} from {t.name} t where t.{_ident(key.name)} = "
+    query = (text(f"select {_select_list(columns, 't', t)} from {t.name} t where t.{_ident(key.name)} = "
                   f"any(array(select {decoded} from unnest(") + "%s"
              + text(f"::text[]) k(k))){predicate}"))
     try:
@@ -324,7 +410,7 @@ def read_batch(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, co
         props["sessionInitStatement"] = replayed_at_least(replayed)
     frame = spark.read.jdbc(url, f"({batch_query(t, columns, batch)}) pgcdc_q", predicates=shares(t, partitions),
                             properties=props)
-    return BatchRead(frame, list(t.key_columns))
+    return BatchRead(restored(frame, columns, t.key_columns), list(t.key_columns))
 
 
 def read_table(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],
@@ -338,10 +424,10 @@ def read_table(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, co
     """
     step = max(1, -(-max(relpages, 1) // partitions))
     bounds: list[int | None] = [p * step for p in range(partitions)]
-    return _read(spark, jdbc, [copy_query(t, columns, lo, hi) for lo, hi in zip(bounds, bounds[1:] + [None])],
-                 snapshot)
+    return _read(spark, jdbc, t, columns, [copy_query(t, columns, lo, hi)
+                                           for lo, hi in zip(bounds, bounds[1:] + [None])], snapshot)
 
 
 def schema_of(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column]) -> "StructType":
     """The table's Spark schema as the sync reads it (to create the Delta table)."""
-    return _read(spark, jdbc, [f"select {_select_list(columns, 'src', t.key_columns)} from {t.name} src where false"]).schema
+    return _read(spark, jdbc, t, columns, [f"select {_select_list(columns, 'src', t)} from {t.name} src where false"]).schema

@@ -7,6 +7,7 @@ same consumer exclude each other through an advisory lock on the primary.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -419,6 +420,12 @@ def _first_line(exc: BaseException) -> str:
     if java is not None:
         with suppress(Exception):
             text = str(java.toString())
+        # PostgreSQL's own error (a value refused by pgcdc._unfit, ...) deep inside Spark's task failure
+        source = re.search(r"PSQLException: ERROR: (.*)", str(exc))
+        if source is not None:
+            return f"PostgreSQL: {source.group(1).strip()[:500]}"
+    if isinstance(exc, psycopg.Error) and exc.diag.message_primary:
+        return f"PostgreSQL: {exc.diag.message_primary[:500]}"
     lines = text.strip().splitlines()
     return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__
 
