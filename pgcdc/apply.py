@@ -21,7 +21,7 @@ from py4j.protocol import Py4JJavaError
 from pgcdc import driver_marks, driver_write, faults
 from pgcdc.deltalog import (files_overlapping, latest_snapshot, read_all_files, read_committed_version, renames_columns,
                             stored_rows)
-from pgcdc.errors import TargetError
+from pgcdc.errors import TableError, TargetError
 from pgcdc.jvm import alongside, cls, none as jvm_none, optional, pylist, scala_map, seq, some as jvm_some
 from pgcdc.state import FOLDER, ConsumerState, app_id
 
@@ -172,29 +172,35 @@ def check_owner(spark: "SparkSession", path: str, consumer: str, table: str) -> 
                           f"{consumer} (source {table}); set another consumer name or target.root")
 
 
-def check_schema(target: "StructType", source: "StructType", path: str, table: str) -> list[str]:
-    """Compare the Delta schema with the batch's; return the new source columns to add.
+# Characters Delta refuses in column names without column mapping (as attach.sql refuses them)
+_INVALID_NAME = re.compile(r"[ ,;{}()\n\t=]")
 
-    A dropped or retyped source column is an error: applying batches would silently
-    leave stale values behind.
-    """
+
+def check_column_names(source: "StructType", table: str) -> None:
+    """Refuse a column name Delta cannot hold (renamed so after attach), naming it and the fix."""
+    bad = [f.name for f in source.fields if _INVALID_NAME.search(f.name)]
+    if bad:
+        raise TableError(f"column {bad[0]!r} of {table} has a name a Delta table cannot hold (it contains one of: "
+                         "space , ; { } ( ) newline tab =); rename the column, then run again")
+
+
+def schema_change(target: "StructType", source: "StructType") -> str | None:
+    """How the source's columns (as the sync reads them) differ from the Delta table's, or None.
+
+    Applying batches across such a change would leave rows wrong: an added column null where
+    PostgreSQL filled its default in, a dropped or retyped one stale. The table is copied
+    instead (or its sync stops, see the `on_schema_change` setting)."""
     have = {f.name: f.dataType for f in target.fields}
     want = {f.name: f.dataType for f in source.fields}
-    dropped = [n for n in have if n not in want]
-    if dropped:
-        raise TargetError(f"column(s) {', '.join(dropped)} of {path} no longer exist in {table}; "
-                          f"run `pgcdc resync {table}` to rebuild the Delta table from the current schema")
-    retyped = [f"{n} ({have[n].simpleString()} -> {want[n].simpleString()})" for n in have if want[n] != have[n]]
-    if retyped:
-        raise TargetError(f"column type change in {table}: {', '.join(retyped)}; "
-                          f"run `pgcdc resync {table}` to rebuild the Delta table")
-    return [n for n in want if n not in have]
-
-
-def add_columns(spark: "SparkSession", path: str, source: "StructType", names: list[str]) -> None:
-    """Add new source columns to the Delta table (null in existing rows)."""
-    cols = ", ".join(f"{_col(f.name)} {f.dataType.simpleString()}" for f in source.fields if f.name in names)
-    spark.sql(f"alter table delta.{_col(path)} add columns ({cols})")
+    parts = []
+    if added := [n for n in want if n not in have]:
+        parts.append(f"added {', '.join(added)}")
+    if dropped := [n for n in have if n not in want]:
+        parts.append(f"dropped {', '.join(dropped)}")
+    if retyped := [f"{n} {have[n].simpleString()} -> {want[n].simpleString()}" for n in have
+                   if n in want and want[n] != have[n]]:
+        parts.append(f"retyped {', '.join(retyped)}")
+    return "; ".join(parts) or None
 
 
 def _last_commit(spark: "SparkSession", path: str, state: ConsumerState) -> Written:

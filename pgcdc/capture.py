@@ -215,7 +215,7 @@ def attach(conn: psycopg.Connection, table: str, key: list[str] | None = None,
             conn.execute(_LOCK)
             conn.execute("select pgcdc.attach(%s::regclass, %s, %s, %s)", (name, key, predicate, shard))
     except psycopg.Error as exc:
-        if exc.sqlstate in ("PC001", "PC002", "PC003", "PC004", "PC005", "42809"):
+        if exc.sqlstate in ("PC001", "PC002", "PC003", "PC004", "PC005", "PC007", "42809"):
             raise _table_error(exc) from None
         raise
     return next(t for t in list_attached(conn) if t.name == name)
@@ -254,9 +254,10 @@ def stats(conn: psycopg.Connection) -> list[TableStats]:
 
 
 def ddl_guard(conn: psycopg.Connection) -> bool:
-    """Whether the event trigger that keeps capture working through DDL is installed and enabled."""
-    return bool(conn.execute("select exists (select 1 from pg_event_trigger where evtname = 'pgcdc_ddl' "
-                             "and evtenabled <> 'D')").fetchone()[0])
+    """Whether the event triggers that keep capture working through DDL (pgcdc_ddl, and
+    pgcdc_rewrite for rewrites that change values) are installed and enabled."""
+    return conn.execute("select count(*) from pg_event_trigger where evtname in ('pgcdc_ddl', 'pgcdc_rewrite') "
+                        "and evtenabled <> 'D'").fetchone()[0] == 2
 
 
 def queue_size(conn: psycopg.Connection) -> tuple[int, int]:

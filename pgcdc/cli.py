@@ -193,7 +193,7 @@ def cmd_reset_watermark(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Compare Delta tables with PostgreSQL; exit 1 if any differs."""
-    from pgcdc.db import connect, jdbc_options
+    from pgcdc.db import connect
     from pgcdc.ingest import select_tables
     from pgcdc.spark import get_session
     from pgcdc.verify import verify
@@ -201,8 +201,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     settings = _settings(args)
     with connect(settings.source.dsn) as conn:
         tables = select_tables(conn, args.tables or settings.tables)
-        results = verify(get_session(settings.spark), conn, jdbc_options(conn),
-                         settings.target.root, tables)
+        results = verify(get_session(settings.spark), conn, settings.target.root, tables)
     for r in results:
         print(r.line())
     return 0 if all(r.equal for r in results) else 1

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from pgcdc import capture
-from pgcdc.db import connect, jdbc_options
+from pgcdc.db import connect
 from pgcdc.errors import PgcdcError
 from pgcdc.ingest import run, select_tables
 from pgcdc.localpg import LocalPostgres
@@ -83,8 +83,7 @@ def run_demo(lake: Path = Path(".demo/lake")) -> None:
             say("ingest #2 (only the changed keys are read and applied)")
             run(settings, spark, say=lambda line: say("  " + line))
 
-            results = verify(spark, conn, jdbc_options(conn), settings.target.root,
-                             select_tables(conn, []))
+            results = verify(spark, conn, settings.target.root, select_tables(conn, []))
             for r in results:
                 say(r.line())
             print(status_report(conn)[0])

@@ -31,10 +31,15 @@ from pgcdc.state import (ConsumerState, committed_batch, committing_batch, load_
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
 
 # A large batch's keys are read into the driver on this thread while Spark writes its rows
 # (psycopg and pyarrow only: it never calls the JVM, see jvm.in_background).
 _KEY_READER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgcdc-keys")
+
+
+class ColumnsChanged(Exception):
+    """A batch read found the table's columns changed since its run checked them."""
 
 
 @dataclass
@@ -138,15 +143,14 @@ class Job:
         path = apply.target_path(s.target.root, t.name)
         report = TableReport(t.name, path)
         columns = enrich.table_columns(reader, t.name)
+        source = enrich.schema_of(self.spark, jdbc, t, columns)
+        apply.check_column_names(source, t.name)
         if not apply.is_delta(self.spark, path):  # (only ever created in an empty place)
-            apply.create_table(self.spark, path, enrich.schema_of(self.spark, jdbc, t, columns),
-                               s.consumer, t.name)
+            apply.create_table(self.spark, path, source, s.consumer, t.name)
         apply.check_owner(self.spark, path, s.consumer, t.name)
-        reason = resync_reason(primary, s.consumer, t.table_id)
-        if reason is not None:
-            # the queue no longer keeps what this consumer missed (see consumers.py)
-            self.say(f"{t.name}: consumer {s.consumer} fell past the retention limit ({reason}): "
-                     "copying the table again")
+        why = self.copy_reason(primary, t, path, source)
+        if why is not None:
+            self.say(f"{t.name}: {why}: copying the table again")
             self.copy_table(primary, reader, jdbc, identity, t, columns, path, report,
                             committed_batch(self.spark, path, s.consumer) or 0)
         quick = read_state_file(self.spark, path, s.consumer)
@@ -194,11 +198,41 @@ class Job:
                 state = self.moved(path, state, batch)
             else:
                 row_bytes = table_bytes / max(rows, 1)  # (reltuples is -1 before the first analyze)
-                state = self.apply_batch(primary, reader, jdbc, t, columns, batch, snap, row_bytes, state, path,
-                                         report)
+                try:
+                    state = self.apply_batch(primary, reader, jdbc, t, columns, batch, snap, row_bytes, state, path,
+                                             report)
+                except ColumnsChanged as changed:  # DDL since the run began; the copy covers this batch
+                    self.say(f"{t.name}: its columns changed while this run read it ({changed}): copying the "
+                             "table again")
+                    columns = enrich.table_columns(reader, t.name)
+                    apply.check_column_names(enrich.schema_of(self.spark, jdbc, t, columns), t.name)
+                    state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, state.batch)
+                    report.events += batch.events
+                    report.batches += 1
             if batch.caught_up or batch.next_txid >= self.horizon(start):
                 break
         return self.finish(primary, reader, state, path, report)
+
+    def copy_reason(self, primary: psycopg.Connection, t: AttachedTable, path: str,
+                    source: "StructType") -> str | None:
+        """Why the table must be copied before batches apply to it again, or None: the consumer
+        fell past the retention limit (the queue no longer keeps what it missed, see
+        consumers.py), or the table's columns (`source`, as the sync reads them) changed."""
+        reason = resync_reason(primary, self.settings.consumer, t.table_id)
+        if reason is not None:
+            return f"consumer {self.settings.consumer} fell past the retention limit ({reason})"
+        changed = self.columns_changed(t, path, source)
+        return None if changed is None else f"its columns changed ({changed})"
+
+    def columns_changed(self, t: AttachedTable, path: str, source: "StructType") -> str | None:
+        """How the table's columns differ from its Delta table's, or None; with
+        `on_schema_change = "fail"` a difference stops the table's sync instead."""
+        changed = apply.schema_change(table_schema(self.spark, path), source)
+        if changed is not None and self.settings.ingest.on_schema_change == "fail":
+            raise TargetError(f"the columns of {t.name} changed ({changed}) since {path} was written; run "
+                              f"`pgcdc resync {t.name}` to copy the table again (or set ingest.on_schema_change "
+                              f"= \"copy\" to have runs do it)")
+        return changed
 
     def finish(self, primary: psycopg.Connection, reader: psycopg.Connection, state: ConsumerState, path: str,
                report: TableReport) -> TableReport:
@@ -335,10 +369,9 @@ class Job:
         bounds = enrich.key_bounds(reader, t, batch) if keys is None else None
         try:
             read = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions, snap.replayed)
-            added = apply.check_schema(table_schema(self.spark, path), read.schema, path, t.name)
-            if added:
-                apply.add_columns(self.spark, path, read.schema, added)
-                self.say(f"{t.name}: new column(s) {', '.join(added)} added to {path}")
+            changed = self.columns_changed(t, path, read.schema)
+            if changed is not None:
+                raise ColumnsChanged(changed)
             new_state = batch.next_state(state)
             faults.failpoint("before-merge")
             local_rows = (lambda: driver_write.arrow_rows(rows.result(), read.schema)) if rows is not None else None

@@ -66,6 +66,12 @@ class IngestSettings(BaseModel):
         "has its keys read into the driver, which finds and marks their old rows without a Spark job; larger "
         "batches (and 0) are joined by Spark",
     )
+    on_schema_change: Literal["copy", "fail"] = Field(
+        default="copy",
+        description="when a table's columns no longer match its Delta table's (a column added, dropped, renamed "
+        "or retyped without the DDL guard, see docs/capture.md): copy: copy the table again, so every row takes "
+        "the new columns and their values (defaults included); fail: stop the table's sync naming `pgcdc resync`",
+    )
     recopy_fraction: float = Field(
         default=0.25, ge=0, le=1,
         description="a batch changing at least this fraction of a table's rows (estimated) is applied by "

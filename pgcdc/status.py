@@ -141,9 +141,10 @@ def status_report(conn: psycopg.Connection, problems: list[str] | None = None) -
     lines.append(f"pgcdc schema v{capture.installed_version(conn)} in database {conn.info.dbname}; "
                  f"queue: {partitions} partitions, {_size(size)}")
     if not capture.ddl_guard(conn):
-        lines.append("note: the DDL guard (event trigger pgcdc_ddl) is not installed (only a superuser may create "
-                     "it): after a rename or drop of a column capture names, each write queues a whole-table copy "
-                     "until `pgcdc attach TABLE`; run `pgcdc install` as a superuser to follow DDL by itself "
+        lines.append("note: the DDL guard (event triggers pgcdc_ddl, pgcdc_rewrite) is not installed or enabled "
+                     "(only a superuser may create them): after a rename or drop of a column capture names, each "
+                     "write queues a whole-table copy until `pgcdc attach TABLE`, and a column retyped to its own "
+                     "type with USING is not seen; run `pgcdc install` as a superuser to follow DDL by itself "
                      "(see docs/capture.md)")
     if tables:
         lines.append("")

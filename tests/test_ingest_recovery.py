@@ -180,24 +180,68 @@ def test_unattached_configured_table_is_refused(db: psycopg.Connection, syncer) 
         syncer.run(tables=["t"])
 
 
-def test_added_column_appears_dropped_column_is_refused(db: psycopg.Connection, syncer) -> None:
-    """Without the DDL guard (an install by a role that may not create event triggers)."""
+def _pg_and_delta(db: psycopg.Connection, syncer, columns: str) -> tuple[list[tuple], list[tuple]]:
+    """The rows of public.t (these columns, by id) as psycopg reads them and as plain Spark reads Delta."""
+    pg = db.execute(f"select {columns} from t order by id").fetchall()
+    delta = [tuple(r) for r in syncer.delta("public.t").selectExpr(*columns.split(", ")).orderBy("id").collect()]
+    return pg, delta
+
+
+def test_without_the_ddl_guard_column_changes_copy_the_table(db: psycopg.Connection, syncer) -> None:
+    """An install by a role that may not create event triggers: the run itself sees the columns
+    changed and copies the table, so every row takes an added column's default (PostgreSQL
+    fills it in without writing the rows, or rewrites them without firing triggers), and
+    dropped, renamed and retyped columns leave no stale values; also with no write since."""
+    db.execute("alter event trigger pgcdc_ddl disable")
+    db.execute("alter event trigger pgcdc_rewrite disable")
+    db.execute("create table t (id int primary key, a text, n int)")
+    db.execute("insert into t select i, 'x' || i, i from generate_series(1, 1000) i")
+    capture.attach(db, "t")
+    syncer.run()
+    db.execute("alter table t add column b int default 42")  # no row is written: no event
+    db.execute("alter table t add column r float8 default random()")  # rewritten, without triggers
+    db.execute("insert into t (id, a) values (1001, 'new')")
+    assert syncer.run()["public.t"].copied == 1001
+    assert "public.t: its columns changed (added b, r): copying the table again" in syncer.lines
+    pg, delta = _pg_and_delta(db, syncer, "id, a, n, b, r")
+    assert delta == pg and {row[3] for row in delta} == {42}
+
+    db.execute("alter table t add column c text default 'idle'")  # and no write at all after it
+    syncer.run()
+    pg, delta = _pg_and_delta(db, syncer, "id, a, b, c")
+    assert delta == pg and {row[3] for row in delta} == {"idle"}
+
+    db.execute("alter table t drop column a")
+    db.execute("alter table t rename column b to bb")
+    db.execute("alter table t alter column n type bigint using n * 10000000000")
+    db.execute("update t set bb = 1 where id = 5")
+    syncer.run()
+    pg, delta = _pg_and_delta(db, syncer, "id, n, bb, r, c")
+    assert delta == pg and syncer.delta("public.t").columns == ["id", "n", "bb", "r", "c"]
+    db.execute("update t set bb = 2 where id = 6")  # batches go on as before
+    assert syncer.run()["public.t"].copied is None
+    pg, delta = _pg_and_delta(db, syncer, "id, n, bb, r, c")
+    assert delta == pg
+
+
+def test_with_on_schema_change_fail_a_column_change_stops_the_table_naming_resync(
+        db: psycopg.Connection, syncer) -> None:
+    from pgcdc.ingest import Job
+
     db.execute("alter event trigger pgcdc_ddl disable")
     db.execute("create table t (id int primary key, a text)")
     db.execute("insert into t values (1, 'x')")
     capture.attach(db, "t")
     syncer.run()
-    db.execute("alter table t add column b int")
-    db.execute("insert into t values (2, 'y', 7)")
-    syncer.run()
-    syncer.assert_equal("public.t")
-    assert syncer.delta("public.t").where("id = 1").collect()[0].b is None
-    db.execute("alter table t drop column a")
-    db.execute("update t set b = 8")
+    db.execute("alter table t add column b int default 42")
     commits = syncer.commits("public.t")
-    with pytest.raises(TargetError, match=r"column\(s\) a of .* no longer exist in public.t; run `pgcdc resync"):
-        syncer.run()
+    with pytest.raises(TargetError, match=r"the columns of public.t changed \(added b\) since .*run `pgcdc resync "
+                                          r"public.t`"):
+        syncer.run(on_schema_change="fail")
     assert syncer.commits("public.t") == commits
+    Job(syncer.settings(on_schema_change="fail"), syncer.spark, syncer.lines.append).resync(["t"])
+    pg, delta = _pg_and_delta(db, syncer, "id, a, b")
+    assert delta == pg == [(1, "x", 42)]
 
 
 def test_detach_attach_needs_resync_and_resync_repairs(db: psycopg.Connection, syncer) -> None:
@@ -325,17 +369,20 @@ def test_deletion_vectors_turned_off_by_another_tool_is_a_clear_error(db: psycop
 
 
 def test_one_tables_failure_never_holds_the_others_back(db: psycopg.Connection, syncer) -> None:
-    """A column name Delta refuses (a space, without column mapping) fails its table only: the
-    table after it is synced, the run exits with an error naming the table, status says so."""
+    """A column renamed after attach to a name Delta refuses (a space, without column mapping)
+    fails its table only: the table after it is synced, the run exits with an error naming
+    the table and column, status says so."""
+    from pgcdc.errors import TableError
     from pgcdc.status import status_report
 
-    db.execute('create table a_bad (id int primary key, "my col" text)')
+    db.execute("create table a_bad (id int primary key, v text)")
     db.execute("create table b_good (id int primary key, v text)")
     db.execute("insert into a_bad values (1, 'x')")
     db.execute("insert into b_good values (1, 'y')")
     capture.attach(db, "a_bad")
     capture.attach(db, "b_good")
-    with pytest.raises(Exception):  # the run still fails, with the table's own error
+    db.execute('alter table a_bad rename column v to "my col"')
+    with pytest.raises(TableError, match="column 'my col' of public.a_bad has a name a Delta table cannot hold"):
         syncer.run()
     syncer.assert_equal("public.b_good")
     failed = [line for line in syncer.lines if line.startswith("public.a_bad: FAILED:")]

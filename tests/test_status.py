@@ -34,11 +34,11 @@ def test_healthy_sync_is_ok_with_exit_0(synced, syncer, tmp_path: Path, capsys) 
 
 
 def test_failed_run_is_attention_naming_the_error(synced, syncer, tmp_path: Path, capsys) -> None:
-    synced.execute("alter event trigger pgcdc_ddl disable")  # without the DDL guard a dropped column fails a run
-    synced.execute("alter table t drop column v")  # the next run fails: a dropped column needs a resync
+    synced.execute("alter event trigger pgcdc_ddl disable")  # without the DDL guard, and with
+    synced.execute("alter table t drop column v")  # on_schema_change = "fail", a dropped column fails a run
     synced.execute("insert into t values (2)")
-    with pytest.raises(Exception, match="no longer exist"):
-        syncer.run()
+    with pytest.raises(Exception, match=r"the columns of public.t changed \(dropped v\)"):
+        syncer.run(on_schema_change="fail")
     code, out = _status(syncer, tmp_path, capsys)
     assert code == 1 and "the last ingest of consumer test failed" in out and "pgcdc resync public.t" in out
     syncer.settings()  # a resync and a good run make it healthy again

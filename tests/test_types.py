@@ -244,3 +244,53 @@ def test_a_key_is_never_null_its_infinity_or_nan_is_refused(db: psycopg.Connecti
     with pytest.raises(Exception, match="a key must land exactly"):
         syncer.run()
     assert syncer.delta("public.k").count() == 0
+
+
+def test_verify_agrees_with_the_type_table_and_sees_a_value_changed_on_the_way(db: psycopg.Connection,
+                                                                              syncer) -> None:
+    """verify reads both sides with code of its own (not the sync's mapping): every type
+    lands equal; a Delta value moved to a plausible one (infinity as 9999-12-31, a date a
+    day off, a float's last bit) is DIFFERENT, naming the row."""
+    from pgcdc import verify
+    from pgcdc.ingest import Job
+
+    _create(db, "t", TYPES)
+    count = _fill(db, "t", TYPES, update=False)
+    capture.attach(db, "t")
+    syncer.run()
+    (t,) = capture.list_attached(db)
+    same = verify.compare(syncer.spark, db, t, syncer.path("public.t"))
+    assert same.equal and same.postgres_rows == same.delta_rows == count, same.line()
+    date_col = f"c{next(i for i, r in enumerate(TYPES) if r.pg == 'date')}"
+    double_col = f"c{next(i for i, r in enumerate(TYPES) if r.pg == 'double precision')}"
+    infinity_row = next(n for n, (lit, _) in enumerate(TYPES[int(date_col[1:])].values) if lit == "'infinity'")
+    for column, change, row in [(date_col, f"date'9999-12-31'", infinity_row),
+                                (date_col, f"date_add({date_col}, 1)", 0),
+                                (double_col, "0.30000000000000004", 0)]:  # (PostgreSQL holds 0.1)
+        syncer.spark.sql(f"update delta.`{syncer.path('public.t')}` set {column} = {change} where id = {row}")
+        found = verify.compare(syncer.spark, db, t, syncer.path("public.t"))
+        assert (found.only_in_postgres, found.only_in_delta) == (1, 1), found.line()
+        assert found.examples[0].startswith(f"{row} ({column}: PostgreSQL ") and "DIFFERENT" in found.line()
+        Job(syncer.settings(), syncer.spark, syncer.lines.append).resync(["t"])
+        assert verify.compare(syncer.spark, db, t, syncer.path("public.t")).equal
+
+
+def test_verify_finds_rows_missing_extra_and_changed_under_a_composite_key(db: psycopg.Connection, syncer) -> None:
+    """Keys that are not one integer are bucketed by a hash of their canonical text."""
+    from pgcdc import verify
+
+    db.execute("create table c (region text, n numeric, v text, primary key (region, n))")
+    db.execute("insert into c select 'r' || (i % 7), i / 4.0, 'v' || i from generate_series(1, 3000) i")
+    capture.attach(db, "c")
+    syncer.run()
+    (t,) = capture.list_attached(db)
+    assert verify.compare(syncer.spark, db, t, syncer.path("public.c")).equal
+    db.execute("alter table c disable trigger user")  # changes the sync does not see
+    db.execute("update c set v = 'changed' where n = 2.5")
+    db.execute("delete from c where n = 3")
+    db.execute("insert into c values ('new', 1, 'x')")
+    db.execute("alter table c enable trigger user")
+    found = verify.compare(syncer.spark, db, t, syncer.path("public.c"))
+    assert (found.postgres_rows, found.delta_rows, found.only_in_postgres, found.only_in_delta) == (3000, 3000, 2, 2)
+    assert sorted(found.examples) == ["new/1 (only in PostgreSQL)", "r3/2.5 (v: PostgreSQL changed vs Delta v10)",
+                                      "r5/3 (only in Delta)"], found.examples

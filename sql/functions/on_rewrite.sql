@@ -1,0 +1,28 @@
+-- pgcdc._on_rewrite(): event trigger function (table_rewrite; installed where the installing
+-- role may create event triggers). ALTER TABLE that rewrites an attached table (a column
+-- retyped, even to its own type with USING; a column added with a volatile default) changes
+-- values without firing the capture triggers: queue a T event, in the DDL's own transaction,
+-- so every consumer copies the table again. Touches: pgcdc.commit_queue.
+create or replace function pgcdc._on_rewrite()
+returns event_trigger
+language plpgsql
+security definer  -- the table's owner runs the DDL; it needs no rights on pgcdc
+set search_path = pg_catalog, pg_temp
+as $fn$
+begin
+    insert into pgcdc.commit_queue (txid, slot, table_id, op, shard, keys)
+    select pg_current_xact_id(), pgcdc._slot(pg_current_xact_id()), a.table_id, 'T', a.shard, null
+      from pgcdc.attached a
+     where a.relid = pg_event_trigger_table_rewrite_oid();
+end
+$fn$;
+
+do $et$
+begin
+    if not exists (select 1 from pg_event_trigger where evtname = 'pgcdc_rewrite') then
+        create event trigger pgcdc_rewrite on table_rewrite execute function pgcdc._on_rewrite();
+    end if;
+exception when insufficient_privilege then
+    null;
+end
+$et$;
