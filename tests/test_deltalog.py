@@ -143,12 +143,13 @@ def test_column_mapping_turned_on_by_another_tool_still_applies_batches(db: psyc
                      "'delta.columnMapping.mode' = 'name')")
     syncer.spark.sql(f"alter table delta.`{syncer.path('public.t')}` rename column v to w")
     db.execute("update t set v = 'b' where id <= 3")
-    with pytest.raises(TargetError, match="no longer exist"):
-        syncer.run()  # the renamed column is a schema change: refused before writing
-    syncer.spark.sql(f"alter table delta.`{syncer.path('public.t')}` rename column w to v")
+    assert syncer.run()["public.t"].copied == 10  # the renamed column is a schema change: the table is copied
+    assert "public.t: its columns changed (added v; dropped w): copying the table again" in syncer.lines
+    syncer.assert_equal("public.t")
+    db.execute("update t set v = 'c' where id <= 3")
     db.execute("delete from t where id = 10")
     report = syncer.run()["public.t"]
-    assert (report.upserted, report.deleted) == (3, 1)
+    assert (report.copied, report.upserted, report.deleted) == (None, 3, 1)
     syncer.assert_equal("public.t")
 
 
