@@ -21,7 +21,7 @@ from py4j.protocol import Py4JJavaError
 from pgcdc import driver_marks, driver_write, faults
 from pgcdc.deltalog import (files_overlapping, latest_snapshot, read_all_files, read_committed_version, renames_columns,
                             stored_rows)
-from pgcdc.errors import TableError, TargetError
+from pgcdc.errors import TargetError
 from pgcdc.jvm import alongside, cls, none as jvm_none, optional, pylist, scala_map, seq, some as jvm_some
 from pgcdc.state import FOLDER, ConsumerState, app_id
 
@@ -136,8 +136,9 @@ def create_table(spark: "SparkSession", path: str, schema: "StructType", consume
         fs.delete(log, True)
 
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
+    mapping = _COLUMN_MAPPING if needs_column_mapping(schema) else {}
     for key, value in {OWNER: consumer, SOURCE: table, "delta.enableDeletionVectors": "true",
-                       "delta.checkpointInterval": CHECKPOINT_INTERVAL}.items():
+                       "delta.checkpointInterval": CHECKPOINT_INTERVAL, **mapping}.items():
         builder = builder.property(key, value)
     builder.execute()
 
@@ -172,16 +173,18 @@ def check_owner(spark: "SparkSession", path: str, consumer: str, table: str) -> 
                           f"{consumer} (source {table}); set another consumer name or target.root")
 
 
-# Characters Delta refuses in column names without column mapping (as attach.sql refuses them)
-_INVALID_NAME = re.compile(r"[ ,;{}()\n\t=]")
+# Characters Delta accepts in column names only with column mapping
+_NEEDS_MAPPING = re.compile(r"[ ,;{}()\n\t=]")
 
 
-def check_column_names(source: "StructType", table: str) -> None:
-    """Refuse a column name Delta cannot hold (renamed so after attach), naming it and the fix."""
-    bad = [f.name for f in source.fields if _INVALID_NAME.search(f.name)]
-    if bad:
-        raise TableError(f"column {bad[0]!r} of {table} has a name a Delta table cannot hold (it contains one of: "
-                         "space , ; { } ( ) newline tab =); rename the column, then run again")
+def needs_column_mapping(schema: "StructType") -> bool:
+    """True if a column name holds a character Delta accepts only with column mapping
+    (DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES). Only such tables get it: with it, the
+    Parquet files name the columns otherwise, so batches cannot take the driver's paths."""
+    return any(_NEEDS_MAPPING.search(f.name) for f in schema.fields)
+
+
+_COLUMN_MAPPING = {"delta.columnMapping.mode": "name"}
 
 
 def schema_change(target: "StructType", source: "StructType") -> str | None:
@@ -220,7 +223,12 @@ def _last_commit(spark: "SparkSession", path: str, state: ConsumerState) -> Writ
 
 
 def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState) -> Written:
-    """Replace the table's contents (first sync or resync) in one commit carrying the state."""
+    """Replace the table's contents (first sync or resync) in one commit carrying the state;
+    a column renamed to a name that needs column mapping turns it on first."""
+    if needs_column_mapping(rows.schema) and \
+            latest_snapshot(spark, path).metadata().columnMappingMode().name() == "none":
+        props = ", ".join(f"'{k}' = '{v}'" for k, v in _COLUMN_MAPPING.items())
+        spark.sql(f"alter table delta.{_col(path)} set tblproperties ({props})")
     with state_commit(spark, state):  # overwriteSchema: a resync takes the source's current columns
         rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
     return _last_commit(spark, path, state)

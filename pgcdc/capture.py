@@ -215,7 +215,7 @@ def attach(conn: psycopg.Connection, table: str, key: list[str] | None = None,
             conn.execute(_LOCK)
             conn.execute("select pgcdc.attach(%s::regclass, %s, %s, %s)", (name, key, predicate, shard))
     except psycopg.Error as exc:
-        if exc.sqlstate in ("PC001", "PC002", "PC003", "PC004", "PC005", "PC007", "42809"):
+        if exc.sqlstate in ("PC001", "PC002", "PC003", "PC004", "PC005", "42809"):
             raise _table_error(exc) from None
         raise
     return next(t for t in list_attached(conn) if t.name == name)

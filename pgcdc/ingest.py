@@ -144,7 +144,6 @@ class Job:
         report = TableReport(t.name, path)
         columns = enrich.table_columns(reader, t.name)
         source = enrich.schema_of(self.spark, jdbc, t, columns)
-        apply.check_column_names(source, t.name)
         if not apply.is_delta(self.spark, path):  # (only ever created in an empty place)
             apply.create_table(self.spark, path, source, s.consumer, t.name)
         apply.check_owner(self.spark, path, s.consumer, t.name)
@@ -205,7 +204,6 @@ class Job:
                     self.say(f"{t.name}: its columns changed while this run read it ({changed}): copying the "
                              "table again")
                     columns = enrich.table_columns(reader, t.name)
-                    apply.check_column_names(enrich.schema_of(self.spark, jdbc, t, columns), t.name)
                     state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, state.batch)
                     report.events += batch.events
                     report.batches += 1

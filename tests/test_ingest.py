@@ -451,3 +451,33 @@ def test_key_index_serves_later_batches_only_while_it_matches_its_data_file(db: 
     compacted = change("10")  # the compacted file: read and indexed (and the batch's new file)
     assert len(compacted) == 1 and f"{compacted.pop()}.arrow" in {p.name for p in keys_dir.iterdir()}
     assert len(list(keys_dir.iterdir())) == 2
+
+
+def test_column_names_delta_accepts_only_with_column_mapping_land_exactly(db: psycopg.Connection, syncer) -> None:
+    """A table whose column names hold a space, comma, '=' (...) gets Delta column mapping
+    (name mode) when its Delta table is created; a column renamed so later turns it on when
+    the table is copied. Both stay exact through batches (verify, independent of the sync)."""
+    from pgcdc import verify
+
+    db.execute('create table odd (id int primary key, "my col" text, "a,b" int, "x=y(z)" date)')
+    db.execute("create table plain (id int primary key, v text)")
+    db.execute("insert into odd select i, 'v' || i, i, date '2024-01-01' + i from generate_series(1, 20) i")
+    db.execute("insert into plain select i, 'p' || i from generate_series(1, 20) i")
+    capture.attach(db, "odd")
+    capture.attach(db, "plain")
+    syncer.run()
+    db.execute('update odd set "my col" = \'changed\', "a,b" = -1 where id <= 5')
+    db.execute("delete from odd where id = 20")
+    db.execute('alter table plain rename column v to "new name"')
+    db.execute("update plain set \"new name\" = 'after' where id = 1")
+    syncer.run()
+    db.execute("update plain set \"new name\" = 'later' where id = 2")
+    db.execute("insert into odd values (100, 'new', 7, null)")
+    report = syncer.run()
+    assert (report["public.odd"].upserted, report["public.plain"].upserted) == (1, 1)
+    for t in capture.list_attached(db):
+        found = verify.compare(syncer.spark, db, t, syncer.path(t.name))
+        assert found.equal, found.line()
+        props = syncer.spark.sql(f"describe detail delta.`{syncer.path(t.name)}`").collect()[0].properties
+        assert props.get("delta.columnMapping.mode") == "name"
+    assert syncer.delta("public.odd").columns == ["id", "my col", "a,b", "x=y(z)"]

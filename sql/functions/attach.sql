@@ -4,7 +4,7 @@
 -- Errors (SQLSTATE): PC001 no primary key, PC002 bad key columns, PC003 bad predicate,
 -- PC004 key of a type whose text form or equality pgcdc cannot keep exact, PC005 partitioned
 -- or inherited table (statements aimed at a partition or child bypass the parent's triggers),
--- PC007 a column name a Delta table cannot hold (without column mapping), 42809 not a table.
+-- 42809 not a table.
 create or replace function pgcdc.attach(
     tbl regclass,
     key_columns text[] default null,
@@ -32,18 +32,6 @@ begin
             hint = 'pgcdc cannot capture it: statements aimed at a partition (or child) do not fire the parent''s '
                    'statement triggers, nor do statements aimed at the parent fire the partition''s; '
                    'see docs/capture.md';
-    end if;
-
-    -- Delta refuses these characters in column names (DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES)
-    select format('column %I of table %s has a name a Delta table cannot hold (it contains one of: space , ; { } ( ) '
-                  'newline tab =)', a.attname, tbl)
-      into v_refused
-      from pg_attribute a
-     where a.attrelid = tbl and a.attnum > 0 and not a.attisdropped and a.attname ~ '[ ,;{}()\n\t=]'
-     order by a.attnum limit 1;
-    if v_refused is not null then
-        raise exception using errcode = 'PC007', message = v_refused,
-            hint = format('rename the column (ALTER TABLE %s RENAME COLUMN ...), then attach the table', tbl);
     end if;
 
     if key_columns is null then
