@@ -225,8 +225,7 @@ def _last_commit(spark: "SparkSession", path: str, state: ConsumerState) -> Writ
 def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState) -> Written:
     """Replace the table's contents (first sync or resync) in one commit carrying the state;
     a column renamed to a name that needs column mapping turns it on first."""
-    if needs_column_mapping(rows.schema) and \
-            latest_snapshot(spark, path).metadata().columnMappingMode().name() == "none":
+    if needs_column_mapping(rows.schema) and not renames_columns(latest_snapshot(spark, path)):
         props = ", ".join(f"'{k}' = '{v}'" for k, v in _COLUMN_MAPPING.items())
         spark.sql(f"alter table delta.{_col(path)} set tblproperties ({props})")
     with state_commit(spark, state):  # overwriteSchema: a resync takes the source's current columns

@@ -21,7 +21,7 @@ network types, ...) are read as their PostgreSQL text form.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -88,7 +88,7 @@ class Column:
 
         if self.is_array:
             if form in TIMES:
-                inner = f"array(select {Column(self.name, '', self.base, False, None).select('e')} " \
+                inner = f"array(select {replace(self, is_array=False).select('e')} " \
                         f"from unnest({expr}) with ordinality u(e, o) order by o)"
                 typ = "int4[]" if form == "date" else "int8[]"
             else:

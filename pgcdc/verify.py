@@ -93,9 +93,8 @@ def _pg_value(expr: str, base: str, precision: int | None, key: bool) -> str:
 def _pg_canon(ref: str, base: str, is_array: bool, precision: int | None, key: bool) -> str:
     if not is_array:
         return _pg_value(ref, base, precision, key)
-    element = _pg_value("e", base, None, False) if base in (
-        "int2", "int4", "int8", "bool", "text", "varchar", "bpchar", "float4", "float8", "date", "timestamp",
-        "timestamptz") else "e::text"
+    # (Delta holds numeric and bytea elements as their text form)
+    element = "e::text" if base in ("numeric", "bytea") else _pg_value("e", base, None, False)
     return (f"case when {ref} is not null then '{{' || array_to_string(array(select coalesce(length(v) || ':' || v, "
             f"'N') from unnest({ref}) with ordinality u(e, o), lateral (select {element} v) x order by o), ',') "
             f"|| '}}' end")
