@@ -15,8 +15,40 @@ import psycopg
 
 from pgcdc.errors import SchemaError, TableError, TargetError
 
-SCHEMA_VERSION = 4  # bump with every change to sql/; install upgrades older schemas in place
-_LOCK = "select pg_advisory_xact_lock(hashtext('pgcdc.install'))"
+SCHEMA_VERSION = 5  # bump with every change to sql/; install upgrades older schemas in place
+LOCK_TIMEOUT = "5s"  # how long install/attach/detach wait for a lock before they give up, naming its holder
+
+
+def _lock(conn: psycopg.Connection) -> None:
+    """In the current transaction: wait at most LOCK_TIMEOUT for any lock (an application's long
+    transaction on a table being attached must not queue its writers behind us), and exclude other
+    installs/attaches/detaches. The lock is a table lock on pgcdc.meta only pgcdc's admin roles can
+    take (a reader may read meta; that does not conflict); advisory keys anyone could hold."""
+    conn.execute(f"set local lock_timeout = '{LOCK_TIMEOUT}'")
+    if conn.execute("select to_regclass('pgcdc.meta')").fetchone()[0] is not None:
+        conn.execute("lock table pgcdc.meta in share row exclusive mode")
+
+
+def lock_holders(conn: psycopg.Connection, tables: list[str]) -> str:
+    """Who holds locks on these relations (pgcdc's and the table at hand), for a lock-timeout message:
+    "pid 123 (role app, application_name psql, idle in transaction since 2m)"."""
+    rows = conn.execute(
+        "select distinct a.pid, a.usename, coalesce(nullif(a.application_name, ''), '?'), coalesce(a.state, '?'), "
+        "  coalesce(date_trunc('second', now() - a.xact_start)::text, '?') "
+        "from pg_locks l join pg_stat_activity a on a.pid = l.pid "
+        "where l.granted and l.pid <> pg_backend_pid() and l.relation = any("
+        "  select to_regclass(n)::oid from unnest(%s::text[]) n where to_regclass(n) is not null) "
+        "order by 1 limit 3", (tables + ["pgcdc.meta", "pgcdc.attached", "pgcdc.consumer_state", "pgcdc.commit_queue"],)
+    ).fetchall()
+    if not rows:
+        return "no holder left (it finished meanwhile); run the command again"
+    return "; ".join(f"pid {pid} (role {role}, application_name {app}, {state}, in a transaction for {since})"
+                     for pid, role, app, state, since in rows)
+
+
+def _timed_out(conn: psycopg.Connection, what: str, tables: list[str]) -> SchemaError:
+    return SchemaError(f"{what} waited {LOCK_TIMEOUT} for a lock and gave up, changing nothing; held by "
+                       f"{lock_holders(conn, tables)}: end that transaction (or wait for it) and run it again")
 
 
 @dataclass(frozen=True)
@@ -106,7 +138,11 @@ def restored_from(conn: psycopg.Connection) -> str | None:
     database's now."""
     recorded, current = recorded_identity(conn), identity(conn)
     if recorded is None:
-        _record_identity(conn, current)
+        try:
+            with conn.transaction():
+                _record_identity(conn, current)
+        except psycopg.errors.InsufficientPrivilege:  # a reader role: the next install or admin run records it
+            pass
         return None
     return recorded if recorded != current else None
 
@@ -127,7 +163,7 @@ def adopt_identity(conn: psycopg.Connection) -> int | None:
     if the queue already belongs here. Events of transactions still running are not visible to
     the delete and stay; a copy taken afterwards holds everything the deleted ones changed."""
     with conn.transaction():
-        conn.execute(_LOCK)
+        _lock(conn)
         if restored_from(conn) is None:
             return None
         deleted = conn.execute("delete from pgcdc.commit_queue").rowcount
@@ -141,8 +177,15 @@ def install(conn: psycopg.Connection, slot_txids: int | None = None) -> tuple[in
     slot_txids: txids per queue slot (see docs/capture.md); consumed history is reclaimed a
     slot at a time, so it bounds how much of it the queue keeps.
     """
+    try:
+        return _install(conn, slot_txids)
+    except psycopg.errors.LockNotAvailable:
+        raise _timed_out(conn, "pgcdc install", []) from None
+
+
+def _install(conn: psycopg.Connection, slot_txids: int | None) -> tuple[int | None, int]:
     with conn.transaction():
-        conn.execute(_LOCK)
+        _lock(conn)
         server = conn.info.server_version
         if server < 140000:
             raise SchemaError(f"pgcdc needs PostgreSQL 14 or later; the server of database {conn.info.dbname} is "
@@ -154,8 +197,11 @@ def install(conn: psycopg.Connection, slot_txids: int | None = None) -> tuple[in
         for name, text in sql_files():
             try:
                 conn.execute(text)
+            except psycopg.errors.LockNotAvailable:
+                raise
             except psycopg.Error as exc:
-                raise SchemaError(f"installing sql/{name} failed: {exc.diag.message_primary or exc}; "
+                hint = f" ({exc.diag.message_hint})" if exc.diag.message_hint else ""
+                raise SchemaError(f"installing sql/{name} failed: {exc.diag.message_primary or exc}{hint}; "
                                   "nothing was changed") from None
         if slot_txids is not None:
             if slot_txids < 1:
@@ -168,8 +214,9 @@ def install(conn: psycopg.Connection, slot_txids: int | None = None) -> tuple[in
                 _record_identity(conn, identity(conn))
         except TargetError:
             pass
-        # regenerate capture code of attached tables, so an upgrade reaches them
-        conn.execute("select pgcdc._generate_capture(table_id) from pgcdc.attached")
+        # regenerate capture code of attached tables, so an upgrade reaches them (and the
+        # privileges of the new code: owner pgcdc_capture, no EXECUTE for PUBLIC)
+        conn.execute("select pgcdc._generate_capture(table_id) from pgcdc.attached order by table_id")
         conn.execute("select * from pgcdc.maintain()")
     return previous, SCHEMA_VERSION
 
@@ -177,7 +224,7 @@ def install(conn: psycopg.Connection, slot_txids: int | None = None) -> tuple[in
 def uninstall(conn: psycopg.Connection) -> list[str]:
     """Detach every table and drop the pgcdc schema with its queue; return the detached tables."""
     with conn.transaction():
-        conn.execute(_LOCK)
+        _lock(conn)
         if installed_version(conn) is None:
             return []
         names = [t.name for t in _attached(conn)]
@@ -212,22 +259,51 @@ def attach(conn: psycopg.Connection, table: str, key: list[str] | None = None,
     name = resolve_table(conn, table)
     try:
         with conn.transaction():
-            conn.execute(_LOCK)
+            _lock(conn)
             conn.execute("select pgcdc.attach(%s::regclass, %s, %s, %s)", (name, key, predicate, shard))
+    except psycopg.errors.LockNotAvailable:
+        raise _timed_out(conn, f"attach {name}", [name]) from None
     except psycopg.Error as exc:
-        if exc.sqlstate in ("PC001", "PC002", "PC003", "PC004", "PC005", "42809"):
+        if exc.sqlstate in ("PC001", "PC002", "PC003", "PC004", "PC005", "42809", "42501"):
             raise _table_error(exc) from None
         raise
     return next(t for t in list_attached(conn) if t.name == name)
 
 
 def detach(conn: psycopg.Connection, table: str) -> bool:
-    """Stop capturing `table`; False if it was not attached."""
+    """Stop capturing `table`; False if it was not attached. A table that was dropped while
+    attached (detached then by pgcdc) is acknowledged: `pgcdc status` stops naming it."""
     require_schema(conn)
-    name = resolve_table(conn, table)
-    with conn.transaction():
-        conn.execute(_LOCK)
-        return bool(conn.execute("select pgcdc.detach(%s::regclass)", (name,)).fetchone()[0])
+    try:
+        name = resolve_table(conn, table)
+    except TableError:
+        conn.execute("select pgcdc._forget_dropped()")
+        if conn.execute("select pgcdc.acknowledge_dropped(%s)", (table,)).fetchone()[0]:
+            return True
+        raise
+    try:
+        with conn.transaction():
+            _lock(conn)
+            done = bool(conn.execute("select pgcdc.detach(%s::regclass)", (name,)).fetchone()[0])
+            conn.execute("select pgcdc.acknowledge_dropped(%s)", (name,))
+            return done
+    except psycopg.errors.LockNotAvailable:
+        raise _timed_out(conn, f"detach {name}", [name]) from None
+
+
+def grant(conn: psycopg.Connection, role: str, kind: str) -> list[str]:
+    """Grant `role` what a pgcdc `reader` or `admin` needs (pgcdc.grant); the statements run."""
+    require_schema(conn)
+    try:
+        with conn.transaction():
+            _lock(conn)
+            return [r[0] for r in conn.execute("select pgcdc.grant(%s::regrole, %s)", (role, kind))]
+    except psycopg.errors.UndefinedObject:
+        raise TableError(f"role {role} does not exist in the cluster of database {conn.info.dbname}; create it first "
+                         f"(CREATE ROLE {role} LOGIN PASSWORD '...')") from None
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise SchemaError(f"cannot grant pgcdc's rights to {role}: {exc.diag.message_primary}; run `pgcdc grant` "
+                          "as the role that installed pgcdc (or a superuser)") from None
 
 
 def list_attached(conn: psycopg.Connection) -> list[AttachedTable]:

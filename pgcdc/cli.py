@@ -105,7 +105,23 @@ def cmd_attach(args: argparse.Namespace) -> int:
         t = capture.attach(conn, args.table, key=key, predicate=args.where, shard=args.shard)
     extra = "".join([f", where {t.predicate}" if t.predicate else "", f", shard {t.shard}" if t.shard is not None else ""])
     print(f"attached {t.name} (key {', '.join(t.key_columns)}{extra}); its changes are now captured")
-    print("next: backfill existing rows, then run `pgcdc ingest`")
+    print("next: run `pgcdc ingest` (its first run copies the table's existing rows)")
+    return 0
+
+
+def cmd_grant(args: argparse.Namespace) -> int:
+    """Grant a role what a pgcdc reader (ingest, status, verify) or admin needs."""
+    from pgcdc import capture
+
+    kind = "admin" if args.admin else "reader"
+    with _source(args) as conn:
+        statements = capture.grant(conn, args.role, kind)
+    for statement in statements:
+        print(statement)
+    print(f"role {args.role} may now run pgcdc as its {kind} (docs/security.md lists what it can and cannot do); "
+          "tables attached later are granted to readers by attach")
+    if kind == "reader":
+        print(f"note: a table with row-level security needs `ALTER ROLE {args.role} BYPASSRLS` (a superuser's step)")
     return 0
 
 
@@ -116,7 +132,8 @@ def cmd_detach(args: argparse.Namespace) -> int:
     with _source(args) as conn:
         name = capture.resolve_table(conn, args.table)
         done = capture.detach(conn, args.table)
-    print(f"detached {name}; its changes are no longer captured" if done else f"{name} was not attached")
+    print(f"detached {name}; its changes are no longer captured (its Delta tables stay as they are)" if done
+          else f"{name} was not attached")
     return 0
 
 
@@ -201,6 +218,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     settings = _settings(args)
     with connect(settings.source.dsn) as conn:
         tables = select_tables(conn, args.tables or settings.tables)
+    with connect(settings.source.dsn, reader=True) as conn:  # (row-level security off, names in pg_catalog)
         results = verify(get_session(settings.spark), conn, settings.target.root, tables)
     for r in results:
         print(r.line())
@@ -284,6 +302,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", help="comma-separated unique NOT NULL key columns (default: the primary key)")
     p.add_argument("--where", help="SQL predicate on the table's columns; only matching rows are synced")
     p.add_argument("--shard", type=int, help="routing number stored with every event")
+    p = add("grant", cmd_grant, "grant a role what a pgcdc reader (ingest, status, verify) or admin needs")
+    p.add_argument("role", help="an existing role, e.g. one made with CREATE ROLE pgcdc_reader LOGIN PASSWORD '...'")
+    kind = p.add_mutually_exclusive_group(required=True)
+    kind.add_argument("--reader", action="store_true", help="ingest, status, verify: read tables and queue, "
+                                                             "write consumer states; no DDL, no TRUNCATE")
+    kind.add_argument("--admin", action="store_true", help="also attach, detach, consumers drop, retention")
     p = add("detach", cmd_detach, "stop capturing a table")
     p.add_argument("table")
     add("list", cmd_list, "list attached tables")

@@ -40,26 +40,23 @@ def register(conn: psycopg.Connection, name: str) -> int:
 
 
 def lock(conn: psycopg.Connection, name: str) -> None:
-    """Hold the consumer's advisory lock for the life of the connection, or fail: runs of one
-    consumer never overlap. Keyed by the consumer's id, so two names never share a lock."""
-    consumer_id = register(conn, name)
+    """Hold the consumer's lease for the life of the connection (autocommit), or fail: runs of one
+    consumer never overlap. A lease is a row of pgcdc.consumer naming this backend and a random
+    advisory key it holds (sql/functions/consumer_lock.sql): no role outside pgcdc's can take or
+    hold it, and two names never share one."""
     for _ in range(LOCK_TRIES):
-        if conn.execute("select pg_try_advisory_lock(pgcdc._consumer_lock_space(), %s)", (consumer_id,)).fetchone()[0]:
+        if conn.execute("select pgcdc.consumer_lock(%s)", (name,)).fetchone()[0]:
             return
         time.sleep(0.25)
-    raise BusyError(f"another pgcdc ingest for consumer {name} is running; "
+    holder = conn.execute("select pgcdc.consumer_holder(%s)", (name,)).fetchone()[0] or "a backend that just ended"
+    raise BusyError(f"another pgcdc ingest for consumer {name} is running ({holder}); "
                     "wait for it to finish (runs of one consumer never overlap)")
 
 
 def is_running(conn: psycopg.Connection, name: str) -> bool:
-    """Whether an ingest of the consumer holds its lock now (from another session)."""
-    row = conn.execute("select consumer_id from pgcdc.consumer where name = %s", (name,)).fetchone()
-    if row is None:
-        return False
-    if conn.execute("select pg_try_advisory_lock(pgcdc._consumer_lock_space(), %s)", (row[0],)).fetchone()[0]:
-        conn.execute("select pg_advisory_unlock(pgcdc._consumer_lock_space(), %s)", (row[0],))
-        return False
-    return True
+    """Whether an ingest of the consumer holds its lease now (from another session)."""
+    return conn.execute("select pgcdc.consumer_holder(%s) is not null and exists (select 1 from pgcdc.consumer "
+                        "where name = %s and lock_pid <> pg_backend_pid())", (name, name)).fetchone()[0]
 
 
 def list_consumers(conn: psycopg.Connection) -> list[ConsumerInfo]:

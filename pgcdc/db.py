@@ -9,13 +9,48 @@ from pgcdc.errors import SourceError
 from pgcdc.settings import masked_dsn
 
 
-def connect(dsn: SecretStr | str, *, role: str = "source.dsn", autocommit: bool = True) -> psycopg.Connection:
-    """Open a connection; a failure becomes a one-line SourceError naming the setting to fix."""
+# The settings of every session that reads table rows (the ingest's reader and its JDBC reads,
+# verify): values stored as text come out in one form whatever the database's or role's
+# defaults (TimeZone, DateStyle, ...); names resolve in pg_catalog only, so no operator or
+# function a user created is reached through the search_path; row-level security raises an
+# error instead of hiding rows; no idle timeout ends a copy's exported snapshot.
+READER_SETTINGS = {
+    "search_path": "pg_catalog, pg_temp",
+    "row_security": "off",
+    "TimeZone": "UTC",
+    "DateStyle": "ISO, YMD",
+    "IntervalStyle": "postgres",
+    "extra_float_digits": "3",
+    "bytea_output": "hex",
+    "idle_in_transaction_session_timeout": "0",
+}
+
+
+def reader_statements() -> str:
+    """READER_SETTINGS as SET statements (for a JDBC sessionInitStatement)."""
+    return "; ".join(f"SET {name} = '{value}'" if name != "search_path" else f"SET {name} = {value}"
+                     for name, value in READER_SETTINGS.items())
+
+
+def _reader_options() -> str:
+    """READER_SETTINGS as libpq `options` (-c name=value, spaces escaped)."""
+    return " ".join(f"-c {name}={value.replace(' ', '')}" for name, value in READER_SETTINGS.items())
+
+
+def connect(dsn: SecretStr | str, *, role: str = "source.dsn", autocommit: bool = True,
+            reader: bool = False) -> psycopg.Connection:
+    """Open a connection; a failure becomes a one-line SourceError naming the setting to fix.
+    `reader`: a session that reads table rows, with READER_SETTINGS."""
     raw = dsn.get_secret_value() if isinstance(dsn, SecretStr) else dsn
     try:
-        return psycopg.connect(raw, autocommit=autocommit, connect_timeout=10, application_name="pgcdc")
-    except psycopg.ProgrammingError as exc:  # malformed conninfo
-        raise SourceError(f"{role} is not a valid PostgreSQL DSN ({scrub(str(exc), raw)}); "
+        extra = {}
+        if reader:
+            from psycopg.conninfo import conninfo_to_dict
+
+            extra["options"] = f"{conninfo_to_dict(raw).get('options') or ''} {_reader_options()}".strip()
+        return psycopg.connect(raw, autocommit=autocommit, connect_timeout=10, application_name="pgcdc", **extra)
+    except psycopg.ProgrammingError:  # malformed conninfo: libpq's message may quote any part of it, the password too
+        raise SourceError(f"{role} is not a valid PostgreSQL DSN (libpq cannot parse it); "
                           "use 'host=... dbname=... user=...' or postgresql://user@host/db") from None
     except psycopg.OperationalError as exc:
         reason = libpq_reason(scrub(str(exc), raw))

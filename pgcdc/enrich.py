@@ -29,6 +29,7 @@ import psycopg
 from psycopg import sql
 
 from pgcdc.capture import AttachedTable
+from pgcdc.db import reader_statements
 from pgcdc.events import Batch
 
 if TYPE_CHECKING:
@@ -49,6 +50,11 @@ def _lit(text: str) -> str:
     return sql.Literal(text).as_string(None)
 
 
+def as_text(expr: str) -> str:
+    """SQL for a value's text from its type's output function, never a cast (docs/security.md)."""
+    return f"pg_catalog.format('%s', {expr})"
+
+
 @dataclass(frozen=True)
 class Column:
     """One column of a source table, with how it is read (docs/types.md)."""
@@ -58,6 +64,7 @@ class Column:
     base: str           # pg_type.typname of the type or, for arrays, of the element
     is_array: bool
     numeric_precision: int | None
+    user_type: bool = False  # a type (or element type) someone created: a cast of it may be a user's function
 
     def form(self, key: bool = False) -> str:
         """How the column travels: "native" (as it is), "date"/"timestamp"/"timestamptz" (as a
@@ -83,7 +90,7 @@ class Column:
         form = self.form(key)
 
         def refuse(why: str, as_type: str) -> str:
-            return (f"pgcdc._unfit({_lit(table)}, {_lit(self.name)}, ({row})::text, ({expr})::text, "
+            return (f"pgcdc._unfit({_lit(table)}, {_lit(self.name)}, {as_text(row)}, {as_text(expr)}, "
                     f"{_lit(why)})::{as_type}")
 
         if self.is_array:
@@ -92,7 +99,8 @@ class Column:
                         f"from unnest({expr}) with ordinality u(e, o) order by o)"
                 typ = "int4[]" if form == "date" else "int8[]"
             else:
-                inner, typ = (expr, self.type_sql) if form == "native" else (f"({expr})::text[]", "text[]")
+                inner, typ = (expr, self.type_sql) if form == "native" else \
+                    (f"{self.text(expr)}::pg_catalog.text[]", "text[]")
             why = "Delta arrays are one-dimensional and start at 1; store such values in a jsonb or text column"
             return (f"case when ({expr}) is null then null when array_ndims({expr}) > 1 or array_lower({expr}, 1) <> 1 "
                     f"then {refuse(why, typ)} else {inner} end")
@@ -119,8 +127,14 @@ class Column:
         if form == "text":
             if key and self.base == "numeric":
                 return f"pg_catalog.trim_scale({expr})::text"
-            return f"({expr})::text"
+            return self.text(expr)
         return expr
+
+    def text(self, expr: str) -> str:
+        """The column's text form. A type someone created may have a cast to text of their own
+        (casts are not looked up through search_path): its text comes from its output function
+        (format), which no user can replace. Built-in types keep their cast (inet's shows the mask)."""
+        return as_text(expr) if self.user_type else f"({expr})::text"
 
     def spark(self, name: str, key: bool = False) -> str:
         """The Spark SQL that turns this column as read (under `name`) into its Delta type."""
@@ -139,7 +153,8 @@ def table_columns(conn: psycopg.Connection, table: str) -> list[Column]:
         "select a.attname, format_type(a.atttypid, a.atttypmod), "
         "coalesce(e.typname, t.typname), t.typcategory = 'A', "
         "case when coalesce(e.typname, t.typname) = 'numeric' and a.atttypmod >= 4 "
-        "     then ((a.atttypmod - 4) >> 16) & 65535 end "
+        "     then ((a.atttypmod - 4) >> 16) & 65535 end, "
+        "coalesce(e.oid, t.oid) >= 16384 "
         "from pg_attribute a join pg_type t on t.oid = a.atttypid left join pg_type e on e.oid = t.typelem "
         "and t.typcategory = 'A' where a.attrelid = %s::regclass and a.attnum > 0 and not a.attisdropped "
         "order by a.attnum", (table,)).fetchall()
@@ -204,9 +219,14 @@ def batch_query(t: AttachedTable, columns: list[Column], batch: Batch) -> str:
     keys = ", ".join(f"{c.select('k.' + _ident(c.name), True, t.name, row)} as {_ident(KEY_PREFIX + c.name)}"
                      for c in columns if c.name in t.key_columns)
     join = " and ".join(f"t.{r} = k.{r}" for r in (_ident(k) for k in t.key_columns))
-    predicate = f" and ({t.predicate})" if t.predicate else ""
     return (f"select {keys}, {_select_list(columns, 't', t)} "
-            f"from {_batch_keys(t, batch)} left join {t.name} t on {join}{predicate}")
+            f"from {_batch_keys(t, batch)} left join {_source(t)} t on {join}")
+
+
+def _source(t: AttachedTable) -> str:
+    """The table as a FROM item: with a predicate, the subquery of its matching rows, so the
+    predicate's column names refer to the table alone whatever else the query joins."""
+    return f"(select * from {t.name} where ({t.predicate}))" if t.predicate else t.name
 
 
 def shares(t: AttachedTable, partitions: int) -> list[str]:
@@ -267,9 +287,12 @@ def copy_query(t: AttachedTable, columns: list[Column], lo_page: int, hi_page: i
     return f"select {_select_list(columns, 'src', t)} from {t.name} src where {' and '.join(where)}"
 
 
-def _props(jdbc: dict[str, str]) -> tuple[str, dict[str, str]]:
-    """The JDBC URL and the reader's properties."""
+def _props(jdbc: dict[str, str], *init: str) -> tuple[str, dict[str, str]]:
+    """The JDBC URL and the reader's properties. Each connection first sets the reading session's
+    settings (db.READER_SETTINGS; as statements, since the driver's own startup parameters would
+    win over `options`), then runs `init`."""
     props = dict(jdbc) | {"fetchsize": "10000", "preferTimestampNTZ": "true"}
+    props["sessionInitStatement"] = "; ".join([reader_statements(), *init])
     return props.pop("url"), props
 
 
@@ -281,12 +304,14 @@ def _read(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns
 
     With `snapshot` (from pg_export_snapshot()), every connection reads in that one snapshot.
     """
-    url, props = _props(jdbc)
+    init = []
     if snapshot is not None:
         if not re.fullmatch(r"[0-9A-F-]+", snapshot):
             raise ValueError(f"not a snapshot id: {snapshot!r}")
-        props["sessionInitStatement"] = (f"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; "
-                                         f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+        # (no idle_in_transaction_session_timeout may end the exporting transaction's snapshot
+        # while Spark copies: the exporting session sets it off too, see ingest.copy_table)
+        init = ["BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", f"SET TRANSACTION SNAPSHOT '{snapshot}'"]
+    url, props = _props(jdbc, *init)
     frames = [spark.read.jdbc(url, f"({q}) pgcdc_q", properties=props) for q in queries]
     df = frames[0]
     for other in frames[1:]:
@@ -368,12 +393,10 @@ def fetch_rows(conn: psycopg.Connection, t: AttachedTable, columns: list[Column]
     key = next(c for c in columns if c.name == t.key_columns[0])
     # the keys come back in the table's type the way the queue's keys are decoded
     decoded = _decode_key(t, "k.k")[0]
-    predicate = f" and ({t.predicate})" if t.predicate else ""
     def text(part: str) -> str:  # names may hold "%", which the query's one parameter makes special
         return part.replace("%", "%%")
-    query = (text(f"select {_select_list(columns, 't', t)} from {t.name} t where t.{_ident(key.name)} = "
-                  f"any(array(select {decoded} from unnest(") + "%s"
-             + text(f"::text[]) k(k))){predicate}"))
+    query = (text(f"select {_select_list(columns, 't', t)} from {_source(t)} t where t.{_ident(key.name)} = "
+                  f"any(array(select {decoded} from unnest(") + "%s" + text("::text[]) k(k)))"))
     try:
         return conn.execute(query, (keys.cast("string").to_pylist(),)).fetchall()
     except psycopg.DataError:
@@ -405,9 +428,7 @@ def read_batch(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, co
     """The batch's keys with their current rows (batch_query), read in `partitions` shares;
     `replayed`: the WAL position of the standby the batch was planned on, which every
     reading connection must have reached (replayed_at_least)."""
-    url, props = _props(jdbc)
-    if replayed is not None:
-        props["sessionInitStatement"] = replayed_at_least(replayed)
+    url, props = _props(jdbc, *([replayed_at_least(replayed)] if replayed is not None else []))
     frame = spark.read.jdbc(url, f"({batch_query(t, columns, batch)}) pgcdc_q", predicates=shares(t, partitions),
                             properties=props)
     return BatchRead(restored(frame, columns, t.key_columns), list(t.key_columns))

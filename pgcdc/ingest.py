@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from pgcdc import apply, capture, consumers, driver_write, enrich, events, faults, key_index
+from pgcdc import access, apply, capture, consumers, driver_write, enrich, events, faults, key_index
 from pgcdc.capture import AttachedTable
 from pgcdc.db import connect, jdbc_options
 from pgcdc.deltalog import table_schema
@@ -95,7 +95,7 @@ class Job:
         the database's identity. Refuses a queue restored from another database unless `restored`
         (reset-watermark), which clears it first."""
         with connect(self.settings.source.dsn) as primary, \
-                connect(self.reader_dsn, role=self.reader_role) as reader:
+                connect(self.reader_dsn, role=self.reader_role, reader=True) as reader:
             capture.require_schema(primary)
             consumers.lock(primary, self.settings.consumer)
             if restored:
@@ -142,6 +142,7 @@ class Job:
         s = self.settings
         path = apply.target_path(s.target.root, t.name)
         report = TableReport(t.name, path)
+        access.check_readable(reader, t)
         columns = enrich.table_columns(reader, t.name)
         source = enrich.schema_of(self.spark, jdbc, t, columns)
         if not apply.is_delta(self.spark, path):  # (only ever created in an empty place)
@@ -328,6 +329,7 @@ class Job:
             for t in tables:
                 path = apply.target_path(s.target.root, t.name)
                 report = TableReport(t.name, path)
+                access.check_readable(reader, t)
                 columns = enrich.table_columns(reader, t.name)
                 last = 0
                 if apply.is_delta(self.spark, path):

@@ -105,7 +105,7 @@ class Settings(BaseSettings):
     @field_validator("consumer")
     @classmethod
     def _consumer_name(cls, value: str) -> str:
-        if not _NAME.match(value):
+        if not _NAME.fullmatch(value):
             raise ValueError("use letters, digits, '_', '.', '-' only")
         return value
 
@@ -197,9 +197,14 @@ def masked_dsn(dsn: SecretStr | str | None) -> str | None:
     return make_conninfo(**parts)
 
 
+# Spark conf keys whose values are secrets (Spark's own spark.redaction.regex, with "key")
+SECRET_CONF = re.compile(r"(?i)secret|password|token|key|credential")
+
+
 def describe(settings: Settings) -> dict[str, Any]:
     """The effective settings as plain data, secrets masked."""
     data = settings.model_dump(mode="python")
     data["source"]["dsn"] = masked_dsn(settings.source.dsn)
     data["source"]["replica_dsn"] = masked_dsn(settings.source.replica_dsn)
+    data["spark"]["conf"] = {k: "****" if SECRET_CONF.search(k) else v for k, v in settings.spark.conf.items()}
     return data

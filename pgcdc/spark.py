@@ -11,6 +11,8 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from pgcdc.errors import SetupError
@@ -96,9 +98,25 @@ def get_session(settings: SparkSettings | None = None, app_name: str = "pgcdc") 
     for key, value in (DEFAULT_CONF | _log_store_conf(settings.conf) | settings.conf).items():
         builder = builder.config(key, value)
     builder = configure_spark_with_delta_pip(builder, extra_packages=[POSTGRES_JDBC])
-    session = builder.getOrCreate()
+    with _without_secrets():  # the JVM inherits this process's environment: none of pgcdc's secrets
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+# Environment variables that hold secrets pgcdc uses on the Python side only (the JVM gets the
+# password as a JDBC option of each read, never from its environment)
+_SECRET_ENV = re.compile(r"^(PGCDC_SOURCE__.*|PGPASSWORD|PGCDC_.*(PASSWORD|SECRET|DSN|TOKEN).*)$", re.IGNORECASE)
+
+
+@contextmanager
+def _without_secrets() -> Iterator[None]:
+    """Hide secret variables from os.environ while the JVM is started."""
+    hidden = {k: os.environ.pop(k) for k in list(os.environ) if _SECRET_ENV.match(k)}
+    try:
+        yield
+    finally:
+        os.environ.update(hidden)
 
 
 def _log_store_conf(user: dict[str, str]) -> dict[str, str]:

@@ -48,8 +48,8 @@ def _capture_problems(conn: psycopg.Connection) -> list[str]:
     capture triggers are missing or disabled: their changes are not queued."""
     rows = conn.execute(
         "select format('%I.%I', n.nspname, c.relname), "
-        "  count(t.oid) filter (where t.tgenabled <> 'D'), count(t.oid) filter (where t.tgenabled = 'D'), "
-        "  a.predicate is null "
+        "  count(t.oid) filter (where t.tgenabled in ('O', 'A')), count(t.oid) filter (where t.tgenabled = 'D'), "
+        "  count(t.oid) filter (where t.tgenabled = 'R'), a.predicate is null "
         "from pgcdc.attached a join pg_class c on c.oid = a.relid join pg_namespace n on n.oid = c.relnamespace "
         "left join pg_trigger t on t.tgrelid = a.relid and t.tgname in "
         "  ('pgcdc_capture_ins', 'pgcdc_capture_upd', 'pgcdc_capture_pk', 'pgcdc_capture_del', 'pgcdc_capture_trunc') "
@@ -66,15 +66,29 @@ def _capture_problems(conn: psycopg.Connection) -> list[str]:
         problems.append(f"capture of {table} no longer fits the table ({error}, since {age(since)} ago): each write "
                         f"queues a whole-table copy instead of its keys; run `pgcdc attach {table}` so capture "
                         "follows the table again")
-    for table, enabled, disabled, has_pk_trigger in rows:
+    for table, enabled, disabled, replica, has_pk_trigger in rows:
         expected = 5 if has_pk_trigger else 4
-        if disabled:
+        if replica:
+            problems.append(f"capture of {table} fires only under session_replication_role = replica (ALTER TABLE ... "
+                            "ENABLE REPLICA TRIGGER): its changes are not queued; run `pgcdc attach "
+                            f"{table}` and `pgcdc resync {table}`")
+        elif disabled:
             problems.append(f"capture of {table} is disabled (ALTER TABLE ... DISABLE TRIGGER): its changes are not "
                             f"queued; enable the pgcdc_capture_* triggers again and run `pgcdc resync {table}`")
         elif enabled < expected:
             problems.append(f"capture triggers of {table} are missing: its changes are not queued; run "
                             f"`pgcdc attach {table}` and `pgcdc resync {table}`")
     return problems
+
+
+def _dropped_problems(conn: psycopg.Connection) -> list[str]:
+    """Attached tables that were dropped (detached then by pgcdc), with the Delta tables they were
+    synced into, until `pgcdc detach NAME` acknowledges them."""
+    rows = conn.execute("select table_name, at, targets from pgcdc.forgotten order by at").fetchall()
+    return [f"attached table {name} was dropped {age(at)} ago and is no longer synced (detached by pgcdc)"
+            + (f"; its Delta table(s) {', '.join(targets)} stay as they are" if targets else "")
+            + f": remove them if unwanted and run `pgcdc detach {name}` to acknowledge"
+            for name, at, targets in rows]
 
 
 def _run_problems(conn: psycopg.Connection) -> list[str]:
@@ -108,6 +122,8 @@ def _run_problems(conn: psycopg.Connection) -> list[str]:
 def status_report(conn: psycopg.Connection, problems: list[str] | None = None) -> tuple[str, bool]:
     """Text report and whether all is well: a verdict line, capture per table, consumers per
     table, queue size. `problems` found by the caller (an unreachable replica) join the verdict."""
+    capture.require_schema(conn)
+    conn.execute("select pgcdc._forget_dropped()")  # (tables dropped where no event trigger saw it)
     tables = capture.stats(conn)
     partitions, size = capture.queue_size(conn)
     lines: list[str] = []
@@ -117,6 +133,7 @@ def status_report(conn: psycopg.Connection, problems: list[str] | None = None) -
         problems.append(f"this database was restored from another one (pgcdc was installed in {other}, this is "
                         f"{capture.identity(conn)}): queued events and watermarks are void; "
                         "run `pgcdc reset-watermark`")
+    problems += _dropped_problems(conn)
     problems += _capture_problems(conn)
     problems += _run_problems(conn)
     for c in consumers.list_consumers(conn):
@@ -130,10 +147,10 @@ def status_report(conn: psycopg.Connection, problems: list[str] | None = None) -
     lagging = [t.table_name for t in tables if t.oldest_pending and now - t.oldest_pending > LAGGING and t.consumers]
     if lagging:
         problems.append(f"changes pending for over {LAGGING}: {', '.join(lagging)} (is the ingest job scheduled?)")
-    if not tables:
-        lines.append("status: NOTHING TO DO - no tables attached; run `pgcdc attach SCHEMA.TABLE`")
-    elif problems:
+    if problems:
         lines.append("status: ATTENTION - " + "; ".join(problems))
+    elif not tables:
+        lines.append("status: NOTHING TO DO - no tables attached; run `pgcdc attach SCHEMA.TABLE`")
     else:
         oldest = min((t.oldest_pending for t in tables if t.oldest_pending), default=None)
         lines.append(f"status: OK - {len(tables)} table(s) synced; oldest pending change: "

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from psycopg import sql
 
-from pgcdc import apply
+from pgcdc import access, apply
 from pgcdc.capture import AttachedTable
 
 if TYPE_CHECKING:
@@ -87,6 +87,8 @@ def _pg_value(expr: str, base: str, precision: int | None, key: bool) -> str:
         if precision is None or precision > 38:  # exact text (a key: without trailing zeros)
             return f"trim_scale({expr})::text" if key else f"({expr})::text"
         return f"trim_scale(nullif({expr}, 'NaN'))::text"
+    if base.startswith("user:"):
+        return f"case when ({expr}) is not null then pg_catalog.format('%s', {expr}) end"
     return f"({expr})::text"
 
 
@@ -94,7 +96,8 @@ def _pg_canon(ref: str, base: str, is_array: bool, precision: int | None, key: b
     if not is_array:
         return _pg_value(ref, base, precision, key)
     # (Delta holds numeric and bytea elements as their text form)
-    element = "e::text" if base in ("numeric", "bytea") else _pg_value("e", base, None, False)
+    element = "e::text" if base in ("numeric", "bytea") else \
+        "pg_catalog.format('%s', e)" if base.startswith("user:") else _pg_value("e", base, None, False)
     return (f"case when {ref} is not null then '{{' || array_to_string(array(select coalesce(length(v) || ':' || v, "
             f"'N') from unnest({ref}) with ordinality u(e, o), lateral (select {element} v) x order by o), ',') "
             f"|| '}}' end")
@@ -107,7 +110,9 @@ def _framed(texts: list[str]) -> str:
 
 def _pg_columns(conn: "psycopg.Connection", table: str) -> list[tuple[str, str, bool, int | None]]:
     return conn.execute(
-        "select a.attname, coalesce(e.typname, t.typname), t.typcategory = 'A', "
+        # (a type someone created is marked "user:": its text comes from its output function, never a cast)
+        "select a.attname, case when coalesce(e.oid, t.oid) >= 16384 then 'user:' else '' end "
+        "  || coalesce(e.typname, t.typname), t.typcategory = 'A', "
         "case when a.atttypmod >= 4 then ((a.atttypmod - 4) >> 16) & 65535 end "
         "from pg_attribute a join pg_type t on t.oid = a.atttypid "
         "left join pg_type e on e.oid = t.typelem and t.typcategory = 'A' "
@@ -195,6 +200,7 @@ def compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable,
     Each step reads PostgreSQL (on a thread) while Spark reads Delta."""
     from pyspark.sql import functions as F
 
+    access.check_readable(conn, t)
     delta = spark.read.format("delta").load(path)
     types = {f.name: f.dataType for f in delta.schema.fields}
     pg_cols = _pg_columns(conn, t.name)

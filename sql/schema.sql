@@ -27,7 +27,8 @@ create table if not exists pgcdc.attached (
 -- every consumer has passed (pgcdc.maintain) instead of DELETE + VACUUM, and no DDL but that
 -- TRUNCATE ever runs on the queue. The capture code inlines slot_txids (regenerated on change).
 insert into pgcdc.meta (key, value) values ('queue_slots', '4'), ('slot_txids', '262144'),
-    ('retention_max_age', '7 days') on conflict do nothing;
+    ('retention_max_age', '7 days'), ('maintain', 'row locked by a running pgcdc.maintain()')
+    on conflict do nothing;
 delete from pgcdc.meta where key = 'partition_size';  -- (schema v2's txid-range partitions)
 
 -- Schema v2 partitioned the queue by txid range with a default partition: move its events
@@ -138,3 +139,29 @@ update pgcdc.attached a
    set key_attnums = (select array_agg(t.attnum order by u.o) from unnest(a.key_columns) with ordinality u(c, o)
                         join pg_attribute t on t.attrelid = a.relid and t.attname = u.c)
  where key_attnums is null;
+
+-- The columns an attach predicate names (capture checks they keep their names), and the table's
+-- name as last seen (attach, the pgcdc_ddl event trigger): a dropped table is named by it.
+alter table pgcdc.attached add column if not exists predicate_columns text[];
+alter table pgcdc.attached add column if not exists table_name text;
+
+-- Consumer leases (sql/functions/consumer_lock.sql): the backend running the consumer's ingest
+-- and the random advisory key it holds meanwhile.
+alter table pgcdc.consumer add column if not exists lock_key int;
+alter table pgcdc.consumer add column if not exists lock_pid int;
+
+-- Attached tables that were dropped (detached by pgcdc._forget): `pgcdc status` names them and
+-- the Delta tables they were synced into until `pgcdc detach NAME` (or attaching it again).
+create table if not exists pgcdc.forgotten (
+    table_id   int primary key,
+    table_name text not null,
+    reason     text not null,
+    targets    text[] not null default '{}',
+    at         timestamptz not null default now()
+);
+
+-- Roles `pgcdc grant` made readers or admins: attach grants readers SELECT on each new table.
+create table if not exists pgcdc.grantee (
+    role_name text primary key,
+    kind      text not null check (kind in ('reader', 'admin'))
+);

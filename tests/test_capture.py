@@ -262,10 +262,10 @@ def test_cli_attach_list_status(db: psycopg.Connection, dsn: str, tmp_path: Path
     cfg.write_text(f"[source]\ndsn = \"{dsn}\"\n[target]\nroot = \"{tmp_path}\"\n")
     db.execute("create table orders (id int primary key, status text)")
     assert main(["--config", str(cfg), "attach", "orders", "--where", "status <> 'x'", "--shard", "2"]) == 0
-    assert "attached public.orders (key id, where status <> 'x', shard 2)" in capsys.readouterr().out
+    assert "attached public.orders (key id, where (status <> 'x'::text), shard 2)" in capsys.readouterr().out
     db.execute("insert into orders values (1, 'a'), (2, 'b')")
     assert main(["--config", str(cfg), "list"]) == 0
-    assert "public.orders  id   status <> 'x'  2" in capsys.readouterr().out
+    assert "public.orders  id   (status <> 'x'::text)  2" in capsys.readouterr().out
     assert main(["--config", str(cfg), "status"]) == 1  # attention needed: a scheduler sees it too
     out = capsys.readouterr().out
     assert "public.orders" in out and "never synced: public.orders" in out and out.startswith("status: ATTENTION")

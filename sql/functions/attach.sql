@@ -1,5 +1,7 @@
 -- pgcdc.attach(tbl, key_columns, predicate, shard): start capturing a table's changes.
--- Re-attaching an attached table updates its options. Returns the table_id.
+-- Attaching an attached table again with the same key and predicate updates its shard and
+-- regenerates its capture code; with another key or predicate it is attached anew (a new
+-- table_id: its consumers copy it again). Returns the table_id.
 -- Touches: pgcdc.attached, and (through _generate_capture) a capture function and four triggers.
 -- Errors (SQLSTATE): PC001 no primary key, PC002 bad key columns, PC003 bad predicate,
 -- PC004 key of a type whose text form or equality pgcdc cannot keep exact, PC005 partitioned
@@ -19,7 +21,12 @@ declare
     v_types text[];
     v_id int;
     v_refused text;
+    v_predicate text;
+    v_pred_cols text[];
+    v_role name;
+    v_attnums int2[];
 begin
+    perform pgcdc._forget_dropped();
     if (select relkind from pg_class where oid = tbl) not in ('r', 'p') then
         raise exception using errcode = '42809', message = format('%s is not a table', tbl),
             hint = 'attach ordinary or partitioned tables only';
@@ -74,10 +81,11 @@ begin
     end if;
 
     -- Keys travel as text and are looked up again by value: refuse key types whose text form
-    -- depends on the writer's session (floats: extra_float_digits) or whose equality is not
+    -- depends on the writer's session (floats: extra_float_digits; money: lc_monetary) or whose equality is not
     -- the equality of that text (citext, nondeterministic collations)
     select format('key column %I of table %s has type %s: %s', a.attname, tbl, format_type(a.atttypid, a.atttypmod),
                   case when b.typname in ('float4', 'float8') then 'its text form depends on the writer''s extra_float_digits'
+                       when b.typname = 'money' then 'its text form depends on the writer''s lc_monetary'
                        when b.typname = 'citext' then 'it compares case-insensitively, its text does not'
                        else format('its collation %s is nondeterministic', co.collname) end)
       into v_refused
@@ -86,7 +94,7 @@ begin
       join pg_type t on t.oid = a.atttypid
       join pg_type b on b.oid = case when t.typtype = 'd' then t.typbasetype else t.oid end
       left join pg_collation co on co.oid = a.attcollation
-     where b.typname in ('float4', 'float8', 'citext') or not coalesce(co.collisdeterministic, true)
+     where b.typname in ('float4', 'float8', 'citext', 'money') or not coalesce(co.collisdeterministic, true)
      limit 1;
     if v_refused is not null then
         raise exception using errcode = 'PC004', message = v_refused,
@@ -95,30 +103,38 @@ begin
     end if;
 
     if predicate is not null then
-        if position(';' in predicate) > 0 or predicate ~ '(--|/\*|\$capture\$)' then
-            raise exception using errcode = 'PC003', message = format('predicate for %s must be one SQL expression', tbl),
-                hint = 'no semicolons or comments';
-        end if;
-        begin
-            -- WHERE insists on a boolean expression; limit 0 checks names and types without reading rows
-            execute format('select 1 from %s where (%s) limit 0', tbl, predicate);
-        exception when others then
-            raise exception using errcode = 'PC003',
-                message = format('predicate for %s is not a valid boolean expression on its columns: %s', tbl, sqlerrm),
-                hint = 'use the table''s column names unqualified; qualify function names with their schema';
-        end;
+        select c.normalized, c.columns into v_predicate, v_pred_cols from pgcdc._check_predicate(tbl, predicate) c;
     end if;
 
-    insert into pgcdc.attached as t (relid, key_columns, key_types, predicate, shard, key_attnums)
-    values (tbl, v_cols, v_types, predicate, shard,
-            (select array_agg(a.attnum order by u.o) from unnest(v_cols) with ordinality u(c, o)
-               join pg_attribute a on a.attrelid = tbl and a.attname = u.c))
+    -- attached again with another key or predicate: the queued events of the old options must never
+    -- be read with the new ones, so the table gets a new table_id (the old events are ignored, and
+    -- each consumer's next run copies the table: ingest.py copy_reason)
+    v_attnums := (select array_agg(a.attnum order by u.o) from unnest(v_cols) with ordinality u(c, o)
+                    join pg_attribute a on a.attrelid = tbl and a.attname = u.c);
+    select table_id into v_id from pgcdc.attached t  -- (by column number: a renamed key is the same key)
+     where t.relid = tbl and (t.key_attnums, t.predicate) is distinct from (v_attnums, v_predicate);
+    if v_id is not null then
+        perform pgcdc._forget(v_id, null);
+    end if;
+
+    insert into pgcdc.attached as t (relid, table_name, key_columns, key_types, predicate, predicate_columns, shard,
+                                     key_attnums)
+    values (tbl, tbl::text, v_cols, v_types, v_predicate, v_pred_cols, shard, v_attnums)
     on conflict (relid) do update
         set key_columns = excluded.key_columns, key_types = excluded.key_types,
-            predicate = excluded.predicate, shard = excluded.shard, key_attnums = excluded.key_attnums
+            predicate = excluded.predicate, predicate_columns = excluded.predicate_columns, shard = excluded.shard,
+            table_name = excluded.table_name,
+            key_attnums = excluded.key_attnums
     returning t.table_id into v_id;
+    delete from pgcdc.forgotten f where f.table_name = tbl::text;
 
     perform pgcdc._generate_capture(v_id);
+    -- the reader roles `pgcdc grant` made may read it (docs/security.md)
+    for v_role in select g.role_name from pgcdc.grantee g where g.kind = 'reader' loop
+        execute format('grant usage on schema %I to %I', (select n.nspname from pg_class c join pg_namespace n
+                                                            on n.oid = c.relnamespace where c.oid = tbl), v_role);
+        execute format('grant select on %s to %I', tbl, v_role);
+    end loop;
     return v_id;
 end
 $fn$;

@@ -6,40 +6,50 @@
 -- Design (see docs/capture.md for the measurements behind it):
 -- * statement-level triggers with transition tables: one queue row per statement,
 --   large statements split into chunks of chunk_size keys as the keys stream by;
--- * one SQL statement per trigger call; each event goes to its txid's queue slot;
+-- * each event goes to its txid's queue slot;
 -- * UPDATE reads only the new rows; the old key of a row whose key changes is recorded
 --   by a row-level "AFTER UPDATE OF <key columns> ... WHEN (key changed)" trigger, which
 --   PostgreSQL skips outright for UPDATEs that do not set a key column;
 -- * with a predicate, UPDATE reads old and new rows so a row leaving the predicate
---   still reaches the consumer;
--- * SECURITY DEFINER: writers need no rights on the pgcdc schema. Generated code names
---   every object with its schema, so the writer's search_path cannot change what it
---   does; a user predicate may not, so predicate tables also pin search_path.
+--   still reaches the consumer.
+-- Security (docs/security.md): the function is SECURITY DEFINER owned by pgcdc_capture, a
+-- NOLOGIN role that may only insert into the queue; its search_path is pinned; every
+-- operator is written operator(pg_catalog.x); key text comes from output functions
+-- (_key_expr), never a cast; a predicate holds only built-in immutable functions
+-- (_check_predicate); it runs only as a trigger of its own table (tg_relid), and PUBLIC may
+-- not execute it. The body is quoted with a dollar tag that does not occur in it.
 create or replace function pgcdc._generate_capture(p_table_id int, chunk_size int default 10000)
 returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
+set check_function_bodies = on
 as $fn$
 declare
     a pgcdc.attached;
     fname text;
-    settings text := '';
+    settings text := E'\n    set search_path = pg_catalog, pg_temp';
     key_new text;
     key_old text;
     keys_ins text;
     keys_upd text;
     keys_del text;
+    fits text;
+    fit_names text;
     pk_changed text;
     pk_cols text;
     ins_tpl text;
     body text;
+    tag text := 'pgcdc';
     v_slot text;
+    v_t text;
+    v_shard text;
     v_slot_txids bigint := (select value::bigint from pgcdc.meta where key = 'slot_txids');
     v_slots int := (select value::int from pgcdc.meta where key = 'queue_slots');
 begin
     update pgcdc.attached set shape = pgcdc._shape(relid) where table_id = p_table_id;
     select * into strict a from pgcdc.attached where table_id = p_table_id;
     fname := format('pgcdc.%I', 'capture_' || a.table_id);
+    v_shard := coalesce(a.shard::text, 'null');
     key_new := pgcdc._key_expr(a.key_columns);
     key_old := pgcdc._key_expr(a.key_columns, 'old');
     -- each keys_* is a query yielding the statement's keys as column k
@@ -48,75 +58,100 @@ begin
         keys_upd := keys_ins;
         keys_del := format('select %s as k from pgcdc_old', key_new);
     else
-        settings := E'\n    set search_path = pg_catalog, pg_temp';
         keys_ins := format('select %s as k from pgcdc_new where (%s)', key_new, a.predicate);
         keys_upd := format('select %1$s as k from pgcdc_old where (%2$s) union select %1$s from pgcdc_new where (%2$s)',
                            key_new, a.predicate);
         keys_del := format('select %s as k from pgcdc_old where (%s)', key_new, a.predicate);
     end if;
-    if exists (select 1 from unnest(a.key_types) t where t ~ '^(date|time|timestamp|interval)') then
-        -- date/time keys travel as text: make their text form independent of the writer's settings
+    if pgcdc._time_dependent(array(select t.atttypid from pg_attribute t
+                                    where t.attrelid = a.relid and t.attnum = any(a.key_attnums))) then
+        -- the key's text form must not depend on the writer's settings
         settings := settings || E'\n    set datestyle to ''ISO, YMD''\n    set intervalstyle to ''postgres''\n    set timezone to ''UTC''';
     end if;
     v_slot := format('((pg_catalog.pg_current_xact_id()::pg_catalog.text::pg_catalog.int8 operator(pg_catalog./) %s) '
-                   'operator(pg_catalog.%%) %s)::pg_catalog.int2', v_slot_txids, v_slots);
+                     'operator(pg_catalog.%%) %s)::pg_catalog.int2', v_slot_txids, v_slots);
 
-    -- %1$s op letter, %2$s keys query. Keys are grouped into chunks of chunk_size as they
-    -- stream from the transition table (which spills to disk), so a statement's capture
-    -- holds one chunk in memory, not all its keys, whatever the statement's size.
+    -- The column names the code uses (key and predicate columns) must still be the table's: DDL
+    -- the pgcdc_ddl event trigger did not see may have renamed or dropped one. A check by column
+    -- number, without a subtransaction: a plain expression, cheap enough for every statement.
+    select string_agg(format('(pg_catalog.pg_identify_object_as_address(1259::pg_catalog.oid, %s::pg_catalog.oid, '
+                             '%s)).object_names[3] operator(pg_catalog.=) %L', a.relid::oid, t.attnum,
+                             t.attname), E'\n           and ' order by t.attnum),
+           string_agg(t.attname, ', ' order by t.attnum)
+      into fits, fit_names
+      from pg_attribute t
+     where t.attrelid = a.relid and t.attnum > 0 and not t.attisdropped
+       and t.attname = any(a.key_columns || coalesce(a.predicate_columns, '{}'));
+
+    -- %1$s op letter, %2$s keys query. A statement's keys go into one event when there are at
+    -- most chunk_size of them (one aggregate over at most chunk_size + 1 keys); else they are
+    -- grouped into chunks of chunk_size as they stream from the transition table (which spills
+    -- to disk), so capture holds one chunk in memory, not all keys, whatever the statement's size.
     ins_tpl := format($t$insert into pgcdc.commit_queue (txid, slot, table_id, op, shard, keys)
-        select pg_catalog.pg_current_xact_id(), %1$s, %2$s, '%%1$s', %3$s, pg_catalog.array_agg(r.k)
-          from (select s.k, (pg_catalog.row_number() over () operator(pg_catalog.-) 1) operator(pg_catalog./) %4$s as g
-                  from (%%2$s) s) r
-         group by r.g;$t$,
-        replace(v_slot, '%', '%%'), a.table_id, coalesce(a.shard::text, 'null'), chunk_size);
+        select pg_catalog.pg_current_xact_id(), %1$s, %2$s, '%%1$s', %3$s, s.keys
+          from (select pg_catalog.array_agg(c.k) as keys from (select k0.k from (%%2$s) k0 limit %5$s) c) s
+         where pg_catalog.cardinality(s.keys) operator(pg_catalog.<=) %4$s;
+        if not found then  -- none, or more than %4$s keys
+            insert into pgcdc.commit_queue (txid, slot, table_id, op, shard, keys)
+            select pg_catalog.pg_current_xact_id(), %1$s, %2$s, '%%1$s', %3$s, pg_catalog.array_agg(r.k)
+              from (select s.k, (pg_catalog.row_number() over () operator(pg_catalog.-) 1) operator(pg_catalog./) %4$s as g
+                      from (%%2$s) s) r
+             group by r.g;
+        end if;$t$,
+        replace(v_slot, '%', '%%'), a.table_id, v_shard, chunk_size, chunk_size + 1);
+    v_t := format($t$insert into pgcdc.commit_queue (txid, slot, table_id, op, shard, keys, payload)
+            values (pg_catalog.pg_current_xact_id(), %s, %s, 'T', %s, null, %%s);$t$, replace(v_slot, '%', '%%'), a.table_id, v_shard);
 
     body := format($body$
-create or replace function %1$s() returns trigger
-    language plpgsql
-    security definer%2$s
-as $capture$
--- generated by pgcdc._generate_capture for table_id %3$s; do not edit
+#variable_conflict use_column
+-- generated by pgcdc._generate_capture for table_id %1$s; do not edit
 declare
-    k text[];
+    pgcdc_key text[];
 begin
-    -- The column names this code was made with may be gone (DDL the pgcdc_ddl event trigger
-    -- did not see): then queue a copy of the table and warn, never fail the statement.
-    -- (A read-only block: its subtransaction takes no transaction id.)
-    begin
-        if tg_level = 'ROW' then
-            k := array[%5$s];
-        elsif tg_op = 'INSERT' then
-            perform from (%10$s) s limit 0;
-        elsif tg_op = 'UPDATE' then
-            perform from (%11$s) s limit 0;
-        elsif tg_op = 'DELETE' then
-            perform from (%12$s) s limit 0;
-        end if;
-    exception when others then
-        perform pgcdc._capture_failed(%3$s, sqlerrm);
+    if tg_relid operator(pg_catalog.<>) %3$s::pg_catalog.oid then
+        raise exception 'pgcdc: the capture function of table_id %1$s runs only as a trigger of its own table';
+    end if;
+    if tg_op operator(pg_catalog.=) 'TRUNCATE' then
+        %4$s
         return null;
-    end;
-    if tg_level = 'ROW' then  -- fired only when an UPDATE changes the key: record the old key
-        insert into pgcdc.commit_queue (txid, slot, table_id, op, shard, keys)
-        values (pg_catalog.pg_current_xact_id(), %9$s, %3$s, 'U', %4$s, k);
-    elsif tg_op = 'INSERT' then
+    end if;
+    if not (%5$s) then
+        -- a column this code names was renamed or dropped: queue a copy of the table and warn,
+        -- never fail the statement (`pgcdc status` says so until `pgcdc attach`)
         %6$s
-    elsif tg_op = 'UPDATE' then
-        %7$s
-    elsif tg_op = 'DELETE' then
-        %8$s
-    else
+        raise warning using
+            message = pg_catalog.concat('pgcdc: capture of ', pg_catalog.quote_ident(tg_table_schema), '.',
+                                        pg_catalog.quote_ident(tg_table_name), ' no longer fits the table (', %7$L,
+                                        '): its next sync copies it'),
+            hint = 'run `pgcdc attach TABLE` so capture follows the table again';
+        return null;
+    end if;
+    if tg_level operator(pg_catalog.=) 'ROW' then  -- fired only when an UPDATE changes the key: record the old key
+        pgcdc_key := array[%8$s];
         insert into pgcdc.commit_queue (txid, slot, table_id, op, shard, keys)
-        values (pg_catalog.pg_current_xact_id(), %9$s, %3$s, 'T', %4$s, null);
+        values (pg_catalog.pg_current_xact_id(), %9$s, %1$s, 'U', %10$s, pgcdc_key);
+    elsif tg_op operator(pg_catalog.=) 'INSERT' then
+        %11$s
+    elsif tg_op operator(pg_catalog.=) 'UPDATE' then
+        %12$s
+    else
+        %13$s
     end if;
     return null;
 end
-$capture$;
-$body$, fname, settings, a.table_id, coalesce(a.shard::text, 'null'), key_old,
-        format(ins_tpl, 'I', keys_ins), format(ins_tpl, 'U', keys_upd), format(ins_tpl, 'D', keys_del), v_slot,
-        keys_ins, keys_upd, keys_del);
-    execute body;
+$body$, a.table_id, a.relid::text, a.relid::oid, format(v_t, 'null'), fits,
+        format(v_t, format('pg_catalog.jsonb_build_object(''capture_error'', %L)',
+                           format('a column of %s was renamed or dropped', fit_names))),
+        format('a column of %s was renamed or dropped', fit_names), key_old, v_slot, v_shard,
+        format(ins_tpl, 'I', keys_ins), format(ins_tpl, 'U', keys_upd), format(ins_tpl, 'D', keys_del));
+    -- a dollar tag that does not occur in the body (names and predicates may hold any text)
+    while position('$' || tag || '$' in body) > 0 loop
+        tag := tag || '_';
+    end loop;
+    execute format(E'create or replace function %1$s() returns trigger\n    language plpgsql\n    security definer%2$s\nas $%3$s$%4$s$%3$s$',
+                   fname, settings, tag, body);
+    execute format('revoke all on function %s() from public', fname);
+    perform pgcdc._own_capture((fname || '()')::regprocedure);
 
     perform pgcdc._drop_capture_triggers(a.relid);
     execute format('create trigger pgcdc_capture_ins after insert on %s referencing new table as pgcdc_new '

@@ -10,12 +10,16 @@
 -- call; while it holds the lock, writers of other slots (all current writers, in normal
 -- operation) do not touch it. No other DDL runs on the queue.
 -- Safe to call often and from cron (the ingest job calls it each run); a call that finds
--- another one running returns at once. Call it in READ COMMITTED (the default).
--- Touches: partitions pgcdc.commit_queue_s<n>, pgcdc.consumer_state (marks).
+-- another one running returns at once (a row lock on pgcdc.meta, which only pgcdc's roles can
+-- take). Call it in READ COMMITTED (the default). Also forgets attached tables that were dropped.
+-- SECURITY DEFINER with a pinned search_path and no input but lock_wait, so the ingest role
+-- needs no TRUNCATE right on the queue (docs/security.md).
+-- Touches: partitions pgcdc.commit_queue_s<n>, pgcdc.consumer_state (marks), dropped tables' rows.
 drop function if exists pgcdc.maintain(int);  -- (schema v2's)
 create or replace function pgcdc.maintain(lock_wait interval default '200ms')
 returns table (action text, partition_name text)
 language plpgsql
+security definer
 set search_path = pg_catalog, pg_temp
 as $fn$
 declare
@@ -26,15 +30,24 @@ declare
     saved_timeout text := current_setting('lock_timeout');
     r record;
 begin
+    if lock_wait > interval '10 s' then
+        raise exception using errcode = '22023', message = 'pgcdc.maintain(): lock_wait is at most 10 s',
+            hint = 'application writers wait behind a slot lock that is awaited';
+    end if;
     if current_setting('transaction_isolation') <> 'read committed' then
         raise exception using errcode = '25000', message = 'pgcdc.maintain() must run in READ COMMITTED',
             hint = 'it checks each slot in a fresh snapshot after locking it';
     end if;
-    if not pg_try_advisory_xact_lock(hashtext('pgcdc.maintain')) then
+    perform from pgcdc.meta where key = 'maintain' for update skip locked;
+    if not found then
         action := 'busy'; partition_name := 'another pgcdc.maintain() is running';
         return next;
         return;
     end if;
+    for r in select pgcdc._forget_dropped() as id loop
+        action := 'detached'; partition_name := format('table_id %s: the table was dropped', r.id);
+        return next;
+    end loop;
     for r in select * from pgcdc._mark_lagging() loop
         action := 'resync needed'; partition_name := format('%s of consumer %s: %s', r.table_name, r.consumer, r.reason);
         return next;

@@ -3,8 +3,8 @@
 -- oldest pending event is older than max_age, or, while the queue is larger than max_bytes,
 -- the tables holding the lowest watermark, are marked for a resync: resync_reason says why,
 -- the queue stops keeping what it missed (pgcdc.retention_horizon), and its next ingest copies
--- the table again. A consumer whose ingest is running (its advisory
--- lock is held) is never marked. Returns the marked (consumer, table, reason).
+-- the table again. A consumer whose ingest is running (its lease is held,
+-- pgcdc.consumer_lock) is never marked. Returns the marked (consumer, table, reason).
 -- Called by pgcdc.maintain. Touches pgcdc.consumer_state.
 create or replace function pgcdc._mark_lagging()
 returns table (consumer text, table_name text, reason text)
@@ -16,6 +16,7 @@ declare
     max_bytes bigint := (select pg_size_bytes(value) from pgcdc.meta where key = 'retention_max_bytes');
     queue_bytes bigint;
     r record;
+    running boolean;
 begin
     if max_bytes is not null then
         select coalesce(sum(pg_total_relation_size(inhrelid)), 0) into queue_bytes
@@ -40,12 +41,11 @@ begin
         else
             continue;
         end if;
-        -- a running ingest holds its consumer's lock (this session's own included: the
-        -- calling ingest's); the lock taken here keeps one from starting until maintain commits
-        continue when exists (select 1 from pg_locks l
-                               where l.locktype = 'advisory' and l.pid = pg_backend_pid() and l.objsubid = 2
-                                 and l.classid = pgcdc._consumer_lock_space()::oid and l.objid = r.consumer_id::oid)
-                   or not pg_try_advisory_xact_lock(pgcdc._consumer_lock_space(), r.consumer_id);
+        -- a running ingest holds its consumer's lease (this session's own included: the calling
+        -- ingest's); the row lock taken here keeps one from starting until maintain commits
+        select pgcdc._lock_held(c.lock_key, c.lock_pid) into running
+          from pgcdc.consumer c where c.consumer_id = r.consumer_id for update;
+        continue when running;
         update pgcdc.consumer_state s set resync_reason = reason, copy_from = null
          where s.consumer = r.consumer and s.table_id = r.table_id;
         consumer := r.consumer;

@@ -16,6 +16,10 @@ declare
     v_cols text[];
     v_types text[];
 begin
+    -- (a rename: the name a dropped table is reported by)
+    update pgcdc.attached t set table_name = t.relid::text
+     where t.relid in (select c.objid from pg_event_trigger_ddl_commands() c where c.classid = 'pg_class'::regclass)
+       and t.table_name is distinct from t.relid::text;
     for a in select * from pgcdc.attached t
               where t.relid in (select c.objid from pg_event_trigger_ddl_commands() c
                                  where c.classid = 'pg_class'::regclass)
@@ -34,8 +38,11 @@ begin
         update pgcdc.attached set key_columns = v_cols, key_types = v_types, shape = pgcdc._shape(relid)
          where table_id = a.table_id;
         begin
-            if a.predicate is not null then  -- it names columns: it may name one that is gone
-                execute format('select 1 from %s where (%s) limit 0', a.relid, a.predicate);
+            if exists (select 1 from unnest(a.predicate_columns) c
+                        where not exists (select 1 from pg_attribute t where t.attrelid = a.relid
+                                             and t.attname = c and not t.attisdropped)) then
+                -- the predicate names a column that is gone (or renamed)
+                raise exception 'its predicate (%) names a column that no longer exists', a.predicate;
             end if;
             perform pgcdc._generate_capture(a.table_id);
         exception when others then

@@ -1,0 +1,74 @@
+-- Runs of one consumer exclude each other through a lease on its pgcdc.consumer row: the id of
+-- the holding backend (lock_pid) and a random advisory lock key (lock_key) that backend holds
+-- for its whole run. The lease is alive while that backend holds that key (pg_locks). Advisory
+-- lock keys are database-wide and any login role may take any key: a key chosen at random
+-- and taken before the lease commits cannot be taken first, and a role that takes it after the
+-- holder ended is not the backend the lease names. Only roles that may update pgcdc.consumer
+-- (pgcdc's own) can take a lease. (docs/security.md)
+
+-- pgcdc._lock_space(): the first key of every consumer's advisory lock.
+create or replace function pgcdc._lock_space()
+returns int
+language sql
+immutable
+set search_path = pg_catalog, pg_temp
+as $$ select 1885563747 $$;  -- 'pgcc'
+
+-- pgcdc._lock_held(key, pid): whether backend `pid` holds the consumer lock `key` now.
+create or replace function pgcdc._lock_held(p_key int, p_pid int)
+returns boolean
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select p_key is not null and p_pid is not null and exists (
+        select 1 from pg_locks l
+         where l.locktype = 'advisory' and l.database = (select oid from pg_database where datname = current_database())
+           and l.classid = pgcdc._lock_space()::oid and l.objid = p_key::oid and l.objsubid = 2
+           and l.pid = p_pid and l.granted and l.mode = 'ExclusiveLock')
+$$;
+
+-- pgcdc.consumer_lock(name): take the consumer's lease for this session (registering the name on
+-- first use); false if another backend holds it. Call it in autocommit: the lease is seen by
+-- others once the statement commits, by which time this session holds its key.
+-- Touches: pgcdc.consumer.
+create or replace function pgcdc.consumer_lock(p_name text)
+returns boolean
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $fn$
+declare
+    v_key int;
+begin
+    insert into pgcdc.consumer (name) values (p_name) on conflict (name) do nothing;
+    for attempt in 1 .. 5 loop
+        update pgcdc.consumer c set lock_key = 1 + floor(random() * 2147483646)::int, lock_pid = pg_backend_pid()
+         where c.name = p_name
+           and (c.lock_pid = pg_backend_pid() or not pgcdc._lock_held(c.lock_key, c.lock_pid))
+        returning c.lock_key into v_key;
+        if v_key is null then
+            return false;  -- another backend holds it
+        end if;
+        if pg_try_advisory_lock(pgcdc._lock_space(), v_key) then
+            return true;
+        end if;  -- (some other session holds that random key: draw another)
+    end loop;
+    return false;
+end
+$fn$;
+
+-- pgcdc.consumer_holder(name): the backend holding the consumer's lease (pid, role,
+-- application_name), or null if it is free. Used by status and to name a busy consumer.
+create or replace function pgcdc.consumer_holder(p_name text)
+returns text
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select format('pid %s (role %s, application_name %s)', c.lock_pid,
+                  coalesce((select a.usename::text from pg_stat_activity a where a.pid = c.lock_pid), '?'),
+                  coalesce((select nullif(a.application_name, '') from pg_stat_activity a where a.pid = c.lock_pid),
+                           '?'))
+      from pgcdc.consumer c
+     where c.name = p_name and pgcdc._lock_held(c.lock_key, c.lock_pid)
+$$;

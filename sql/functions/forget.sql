@@ -1,0 +1,56 @@
+-- pgcdc._forget(table_id, reason): stop capturing an attached table and release what it pinned:
+-- its pgcdc.attached row, its capture function (and triggers, if the table still exists) and
+-- every consumer's state of it, so the queue no longer keeps its events. With a reason (the
+-- table was dropped) it is recorded in pgcdc.forgotten with the Delta tables it was synced
+-- into, for `pgcdc status` to name until `pgcdc detach` or a new attach acknowledges it.
+-- Shared by detach, attach (attached again with other options) and the drop handling.
+-- Touches: pgcdc.attached, pgcdc.consumer_state, pgcdc.forgotten, the capture function.
+create or replace function pgcdc._forget(p_table_id int, reason text, p_name text default null)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $fn$
+declare
+    a pgcdc.attached;
+begin
+    delete from pgcdc.attached where table_id = p_table_id returning * into a;
+    if a.table_id is null then
+        return;
+    end if;
+    if exists (select 1 from pg_class where oid = a.relid) then
+        perform pgcdc._drop_capture_triggers(a.relid);
+    end if;
+    execute format('drop function if exists pgcdc.%I()', 'capture_' || p_table_id);
+    if reason is not null then
+        insert into pgcdc.forgotten (table_id, table_name, reason, targets)
+        select p_table_id, coalesce(p_name, format('table_id %s', p_table_id)), reason,
+               coalesce((select array_agg(distinct s.target order by s.target) from pgcdc.consumer_state s
+                          where s.table_id = p_table_id), '{}')
+        on conflict (table_id) do nothing;
+    end if;
+    delete from pgcdc.consumer_state where table_id = p_table_id;
+end
+$fn$;
+
+-- pgcdc._forget_dropped(): forget attached tables that no longer exist (dropped where no
+-- pgcdc_drop event trigger saw it: an install without superuser rights). Called by install,
+-- attach, detach, maintain (so each ingest run) and status. SECURITY DEFINER (pinned
+-- search_path, no input) so a reader role's status or maintain call can release what a
+-- dropped table pinned. Returns the forgotten table_ids.
+create or replace function pgcdc._forget_dropped()
+returns setof int
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $fn$
+declare
+    v_id int;
+begin
+    for v_id in select a.table_id from pgcdc.attached a
+                 where not exists (select 1 from pg_class c where c.oid = a.relid)
+    loop
+        perform pgcdc._forget(v_id, 'dropped', (select a.table_name from pgcdc.attached a where a.table_id = v_id));
+        return next v_id;
+    end loop;
+end
+$fn$;

@@ -1,0 +1,36 @@
+-- Upgrade steps that need the functions above; run last by install, before it regenerates the
+-- capture code of every attached table.
+drop function if exists pgcdc._capture_failed(int, text);   -- (schema v4: capture now inserts its T event itself)
+drop function if exists pgcdc._consumer_lock_space();        -- (schema v4: advisory locks anyone could take)
+
+update pgcdc.attached a set table_name = a.relid::text
+ where a.table_name is null and exists (select 1 from pg_class c where c.oid = a.relid);
+
+-- attached tables dropped where no event trigger saw it: release them before regenerating
+select pgcdc._forget_dropped();
+
+-- predicates attached before schema v5: checked and stored in canonical form; one that no longer
+-- passes (it calls a non-built-in or non-immutable function) is kept, with a warning: capture
+-- evaluates it with pgcdc_capture's rights alone, and attaching the table again replaces it
+do $predicates$
+declare
+    a record;
+    c record;
+begin
+    for a in select * from pgcdc.attached t where t.predicate is not null and t.predicate_columns is null loop
+        begin
+            select * into strict c from pgcdc._check_predicate(a.relid, a.predicate);
+            update pgcdc.attached set predicate = c.normalized, predicate_columns = c.columns
+             where table_id = a.table_id;
+        exception when others then
+            update pgcdc.attached t set predicate_columns = (select array_agg(x.attname::text order by x.attnum)
+                                                               from pg_attribute x
+                                                              where x.attrelid = a.relid and x.attnum > 0
+                                                                and not x.attisdropped)
+             where t.table_id = a.table_id;
+            raise warning 'pgcdc: the predicate of % no longer passes attach''s checks: %', a.relid, sqlerrm
+                using hint = format('attach it again with a predicate of built-in immutable functions: pgcdc attach %s --where ...', a.relid);
+        end;
+    end loop;
+end
+$predicates$;

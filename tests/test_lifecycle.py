@@ -1,0 +1,97 @@
+"""A table's whole life: predicates, domain keys, session settings, drops (docs/capture.md).
+
+The oracle reads PostgreSQL with psycopg (in a session of its own settings) and Delta with a
+plain Spark read, never through pgcdc's reading code.
+"""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from pgcdc import capture
+from pgcdc.errors import TableError
+
+
+def _delta_rows(syncer, table: str, columns: str) -> list[tuple]:
+    return sorted(tuple(r) for r in syncer.delta(table).selectExpr(*columns.split(", ")).collect())
+
+
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_a_predicate_on_the_key_column_works_in_every_batch(db: psycopg.Connection, syncer, path: str) -> None:
+    """The batch query joins the keys with the table: a predicate naming the key column was
+    ambiguous there and stopped the table for good."""
+    db.execute("create table t (id int primary key, v text)")
+    db.execute("insert into t select i, 'a' from generate_series(1, 40) i")
+    capture.attach(db, "t", predicate="id % 2 = 0")
+    ingest = {"driver_keys": 0} if path == "spark" else {}
+    syncer.run(**ingest)
+    db.execute("update t set v = 'b' where id <= 10")
+    db.execute("insert into t select i, 'c' from generate_series(41, 50) i")
+    db.execute("delete from t where id in (2, 3)")
+    db.execute("update t set id = id + 100 where id = 4")  # a key change: the old key goes
+    report = syncer.run(**ingest)["public.t"]
+    assert report.batches >= 1
+    pg = sorted(db.execute("select id, v from t where id % 2 = 0").fetchall())
+    assert _delta_rows(syncer, "public.t", "id, v") == pg and len(pg) == 24
+
+
+def test_a_domain_over_date_key_is_exact_under_any_datestyle(db: psycopg.Connection, syncer, dsn: str) -> None:
+    """Capture pinned DateStyle only for type names starting with date/time: a domain over date
+    written as 03/04/2024 under 'SQL, DMY' was read back as 4 March."""
+    db.execute("create domain day as date")
+    db.execute("create table t (d day primary key, v int)")
+    capture.attach(db, "t")
+    with psycopg.connect(dsn, autocommit=True) as writer:
+        writer.execute("set datestyle = 'SQL, DMY'")
+        writer.execute("insert into t values ('03/04/2024', 1), ('15/03/2024', 1)")
+        syncer.run()
+        writer.execute("update t set v = 2 where d = '03/04/2024'")
+        writer.execute("insert into t values ('01/02/2024', 3)")
+    syncer.run()
+    with psycopg.connect(dsn, autocommit=True) as oracle:
+        oracle.execute("set datestyle = 'ISO'")
+        pg = sorted(oracle.execute("select d::text, v from t").fetchall())
+    assert pg == [("2024-02-01", 3), ("2024-03-15", 1), ("2024-04-03", 2)]
+    assert _delta_rows(syncer, "public.t", "cast(d as string), v") == pg
+
+
+def test_text_forms_do_not_depend_on_the_database_time_zone(db: psycopg.Connection, syncer, dsn: str) -> None:
+    """Values kept as PostgreSQL text (a tstzrange, a domain over timestamptz) came out in the
+    session's TimeZone: UTC on the copy and Spark paths, the database's on the driver path."""
+    db.execute(f'alter database "{db.info.dbname}" set timezone = \'America/New_York\'')
+    db.execute("create domain moment as timestamptz")
+    db.execute("create table t (id int primary key, r tstzrange, m moment)")
+    capture.attach(db, "t")
+    with psycopg.connect(dsn, autocommit=True) as writer:  # (a new session: New York time)
+        writer.execute("insert into t select i, tstzrange('2024-01-01 10:00', '2024-01-01 12:00'), "
+                       "'2024-06-01 08:00' from generate_series(1, 20) i")
+        syncer.run()  # the copy
+        writer.execute("update t set m = '2024-07-01 09:30' where id <= 3")  # a small batch: the driver writes it
+        syncer.run()
+        writer.execute("update t set r = tstzrange('2024-02-01 00:00', null) where id > 15")
+        syncer.run(driver_keys=0)  # Spark reads and writes it
+    with psycopg.connect(dsn, autocommit=True) as oracle:
+        oracle.execute("set timezone = 'UTC'")
+        pg = sorted(oracle.execute("select id, r::text, m::text from t").fetchall())
+    assert pg[0][2] == "2024-07-01 13:30:00+00"
+    assert _delta_rows(syncer, "public.t", "id, r, m") == pg
+
+
+def test_dropping_an_attached_table_releases_the_queue(db: psycopg.Connection, syncer) -> None:
+    """A dropped table's consumer state pinned the retention horizon: queue slots were never
+    emptied again. Now the drop detaches it and maintain empties the slots."""
+    db.execute("create table t (id int primary key)")
+    db.execute("create table keep (id int primary key)")
+    capture.attach(db, "t")
+    capture.attach(db, "keep")
+    syncer.run()
+    db.execute("insert into t values (1)")  # pending for the consumer when t goes
+    db.execute("insert into keep values (1)")
+    db.execute("drop table t")
+    syncer.run()
+    assert db.execute("select count(*) from pgcdc.consumer_state").fetchone()[0] == 1
+    # the run's maintain emptied the slot: t's pending event no longer pins it
+    assert db.execute("select count(*) from pgcdc.commit_queue").fetchone()[0] == 0
+    with pytest.raises(TableError, match="table public.never not found"):
+        capture.detach(db, "public.never")
