@@ -161,14 +161,16 @@ def _foreign_file(fs: Any, folder: Any) -> str | None:
     return None
 
 
-def check_owner(spark: "SparkSession", path: str, consumer: str, table: str) -> None:
-    """Refuse a Delta table that another consumer, another source table, or nobody from pgcdc owns."""
+def check_owner(spark: "SparkSession", path: str, consumer: str, table: str | None) -> None:
+    """Refuse a Delta table that another consumer, another source table, or nobody from pgcdc owns.
+    `table` None: the consumer's state records this place for the table (its name may have changed
+    since the Delta table was created)."""
     props = latest_snapshot(spark, path).metadata().configuration()
     owner, source = optional(props.get(OWNER)), optional(props.get(SOURCE))
     if owner is None:
         raise TargetError(f"Delta table {path} was not created by pgcdc; choose another target.root "
                           "or move that table away")
-    if owner != consumer or source != table:
+    if owner != consumer or (table is not None and source != table):
         raise TargetError(f"Delta table {path} belongs to consumer {owner} (source {source}), not to consumer "
                           f"{consumer} (source {table}); set another consumer name or target.root")
 

@@ -168,6 +168,8 @@ def adopt_identity(conn: psycopg.Connection) -> int | None:
             return None
         deleted = conn.execute("delete from pgcdc.commit_queue").rowcount
         _record_identity(conn, identity(conn), replace=True)
+        # a restored dump's capture code names the old tables' oids: made anew for these
+        conn.execute("select pgcdc._generate_capture(table_id) from pgcdc.attached order by table_id")
     return deleted
 
 

@@ -26,7 +26,7 @@ from pgcdc.errors import TableError, TargetError
 from pgcdc.settings import Settings
 from pgcdc.state import (ConsumerState, committed_batch, committing_batch, load_state, local_folder,
                          mark_committing, mirror_state, read_state_file, register_table, resync_reason,
-                         write_state_file)
+                         table_path, write_state_file)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -140,14 +140,14 @@ class Job:
     def sync_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
                    identity: str, t: AttachedTable) -> TableReport:
         s = self.settings
-        path = apply.target_path(s.target.root, t.name)
+        path, recorded = table_path(primary, s.consumer, t.table_id, t.name, s.target.root)
         report = TableReport(t.name, path)
         access.check_readable(reader, t)
         columns = enrich.table_columns(reader, t.name)
         source = enrich.schema_of(self.spark, jdbc, t, columns)
         if not apply.is_delta(self.spark, path):  # (only ever created in an empty place)
             apply.create_table(self.spark, path, source, s.consumer, t.name)
-        apply.check_owner(self.spark, path, s.consumer, t.name)
+        apply.check_owner(self.spark, path, s.consumer, None if recorded else t.name)
         why = self.copy_reason(primary, t, path, source)
         if why is not None:
             self.say(f"{t.name}: {why}: copying the table again")
@@ -327,13 +327,13 @@ class Job:
         with self.source(names, restored) as (primary, reader, tables, jdbc, identity):
             reports = []
             for t in tables:
-                path = apply.target_path(s.target.root, t.name)
+                path, recorded = table_path(primary, s.consumer, t.table_id, t.name, s.target.root)
                 report = TableReport(t.name, path)
                 access.check_readable(reader, t)
                 columns = enrich.table_columns(reader, t.name)
                 last = 0
                 if apply.is_delta(self.spark, path):
-                    apply.check_owner(self.spark, path, s.consumer, t.name)
+                    apply.check_owner(self.spark, path, s.consumer, None if recorded else t.name)
                     last = committed_batch(self.spark, path, s.consumer) or 0
                 state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, last)
                 reports.append(self.finish(primary, reader, state, path, report))

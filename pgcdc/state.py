@@ -257,6 +257,30 @@ def register_table(conn: "psycopg.Connection", consumer: str, table_id: int, tar
     return xmin
 
 
+def table_path(conn: "psycopg.Connection", consumer: str, table_id: int, name: str, root: str) -> tuple[str, bool]:
+    """Where the consumer syncs a table, and whether that place was recorded for it (not derived
+    from its name now). A table is known by its table_id, not its name: once synced, it keeps
+    its Delta table through renames (and renaming back finds the same one), as long as that lies
+    under `root`. A table never synced lands at <root>/<schema>.<table>, unless the consumer syncs
+    another table there (one renamed away from this name): then it is refused, naming that one."""
+    from pgcdc.apply import target_path
+
+    row = conn.execute("select target from pgcdc.consumer_state where consumer = %s and table_id = %s",
+                       (consumer, table_id)).fetchone()
+    base = target_path(root, "x.x")[:-len("x.x")]
+    if row is not None and row[0].startswith(base):
+        return row[0], True
+    path = target_path(root, name)
+    other = conn.execute("select coalesce(a.table_name, a.relid::text) from pgcdc.consumer_state s "
+                         "join pgcdc.attached a using (table_id) where s.consumer = %s and s.target = %s "
+                         "and s.table_id <> %s", (consumer, path, table_id)).fetchone()
+    if other is not None:
+        raise TargetError(f"{path} is the Delta table of {other[0]}, which consumer {consumer} synced there under the "
+                          f"name {name} before a rename; {name} is another table now: rename one of them, or use "
+                          "another consumer or target.root for it")
+    return path, False
+
+
 def resync_reason(conn: "psycopg.Connection", consumer: str, table_id: int) -> str | None:
     """Why the table must be copied again for the consumer (it fell past the retention limit), or None."""
     row = conn.execute("select resync_reason from pgcdc.consumer_state where consumer = %s and table_id = %s",

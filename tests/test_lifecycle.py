@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from pgcdc import capture
-from pgcdc.errors import TableError
+from pgcdc.errors import TableError, TargetError
 
 
 def _delta_rows(syncer, table: str, columns: str) -> list[tuple]:
@@ -95,3 +95,58 @@ def test_dropping_an_attached_table_releases_the_queue(db: psycopg.Connection, s
     assert db.execute("select count(*) from pgcdc.commit_queue").fetchone()[0] == 0
     with pytest.raises(TableError, match="table public.never not found"):
         capture.detach(db, "public.never")
+
+
+def test_verify_reports_and_never_crashes(db: psycopg.Connection, syncer) -> None:
+    """verify crashed on a duplicated Delta row, on bigint keys at both ends of the range, and
+    after a key rename where no event trigger saw it; each is now a difference, naming the key."""
+    from pgcdc.verify import verify
+
+    db.execute("create table t (id bigint primary key, v text)")
+    db.execute("insert into t values (-9223372036854775808, 'low'), (0, 'mid'), (9223372036854775807, 'high')")
+    capture.attach(db, "t")
+    syncer.run()
+    tables = capture.list_attached(db)
+    [result] = verify(syncer.spark, db, str(syncer.root), tables)
+    assert result.equal, result.line()
+    syncer.delta("public.t").where("id = 0").write.format("delta").mode("append").save(syncer.path("public.t"))
+    [result] = verify(syncer.spark, db, str(syncer.root), tables)
+    assert not result.equal and "0 (more than once in Delta)" in result.line()
+    db.execute("alter event trigger pgcdc_ddl disable")
+    db.execute("alter table t rename column id to key_id")
+    [result] = verify(syncer.spark, db, str(syncer.root), tables)
+    assert not result.equal and "key column id is no longer a column of public.t; run `pgcdc attach public.t`" in \
+        result.line()
+
+
+def test_a_renamed_table_keeps_its_delta_table_and_a_rename_back_revives_nothing(db: psycopg.Connection,
+                                                                                  syncer) -> None:
+    """Renamed, a table was copied into a new folder, leaving the old one stale; renamed back
+    after maintenance turned the queue over, the old folder's older state was used again and
+    the changes made under the other name were lost. A table is known by its table_id."""
+    from pgcdc.state import table_path
+
+    db.execute("create table r (id int primary key, v int)")
+    db.execute("insert into r select i, 0 from generate_series(1, 40) i")
+    capture.attach(db, "r")
+    syncer.run()
+    first = syncer.path("public.r")
+    db.execute("alter table r rename to r2")
+    db.execute("update r2 set v = 1")
+    syncer.run()
+    db.execute("select * from pgcdc.maintain()")
+    db.execute("alter table r2 rename to r")
+    db.execute("update r set v = v + 1 where id <= 10")
+    syncer.run()
+    [t] = capture.list_attached(db)
+    assert table_path(db, "test", t.table_id, t.name, str(syncer.root)) == (first, True)
+    assert not (syncer.root / "public.r2").exists()
+    pg = sorted(db.execute("select id, v from r").fetchall())
+    assert _delta_rows(syncer, "public.r", "id, v") == pg and pg[0] == (1, 2) and pg[-1] == (40, 1)
+    # a new table under the old name, while the renamed one still syncs into that folder
+    db.execute("alter table r rename to r3")
+    db.execute("create table r (id int primary key)")
+    capture.attach(db, "r")
+    with pytest.raises(TargetError, match=r"is the Delta table of public.r3, which consumer test synced there"):
+        syncer.run()
+    assert _delta_rows(syncer, "public.r", "id, v") == pg  # untouched

@@ -16,8 +16,8 @@
 -- NOLOGIN role that may only insert into the queue; its search_path is pinned; every
 -- operator is written operator(pg_catalog.x); key text comes from output functions
 -- (_key_expr), never a cast; a predicate holds only built-in immutable functions
--- (_check_predicate); it runs only as a trigger of its own table (tg_relid), and PUBLIC may
--- not execute it. The body is quoted with a dollar tag that does not occur in it.
+-- (_check_predicate); PUBLIC may not execute it, and fired for another table (tg_relid) it
+-- reads nothing of it. The body is quoted with a dollar tag that does not occur in it.
 create or replace function pgcdc._generate_capture(p_table_id int, chunk_size int default 10000)
 returns void
 language plpgsql
@@ -109,7 +109,17 @@ declare
     pgcdc_key text[];
 begin
     if tg_relid operator(pg_catalog.<>) %3$s::pg_catalog.oid then
-        raise exception 'pgcdc: the capture function of table_id %1$s runs only as a trigger of its own table';
+        -- fired for a table it was not made for: the database was restored from a dump (tables get
+        -- new oids), or someone allowed to run it attached it elsewhere. Never read that table's
+        -- columns, never fail the statement: queue a copy of its own table, warn, and let
+        -- `pgcdc status` say so until `pgcdc install` (or attach) makes it anew.
+        %14$s
+        raise warning using
+            message = pg_catalog.concat('pgcdc: the capture code of table_id %1$s fired for ',
+                                        pg_catalog.quote_ident(tg_table_schema), '.',
+                                        pg_catalog.quote_ident(tg_table_name), ', not the table it was made for'),
+            hint = 'run `pgcdc install` (after a restore: `pgcdc reset-watermark`), which makes it anew';
+        return null;
     end if;
     if tg_op operator(pg_catalog.=) 'TRUNCATE' then
         %4$s
@@ -143,7 +153,9 @@ $body$, a.table_id, a.relid::text, a.relid::oid, format(v_t, 'null'), fits,
         format(v_t, format('pg_catalog.jsonb_build_object(''capture_error'', %L)',
                            format('a column of %s was renamed or dropped', fit_names))),
         format('a column of %s was renamed or dropped', fit_names), key_old, v_slot, v_shard,
-        format(ins_tpl, 'I', keys_ins), format(ins_tpl, 'U', keys_upd), format(ins_tpl, 'D', keys_del));
+        format(ins_tpl, 'I', keys_ins), format(ins_tpl, 'U', keys_upd), format(ins_tpl, 'D', keys_del),
+        format(v_t, format('pg_catalog.jsonb_build_object(''capture_error'', %L)',
+                           'its capture code was made for another table (a restore from a dump?)')));
     -- a dollar tag that does not occur in the body (names and predicates may hold any text)
     while position('$' || tag || '$' in body) > 0 loop
         tag := tag || '_';
