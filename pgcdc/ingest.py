@@ -413,8 +413,9 @@ class Job:
             raise TargetError(f"{path} holds changes up to txid {state.watermark}, but the database is only at txid "
                               f"{next_txid}: {regressed}")
         if state.table_id != t.table_id:
-            raise TargetError(f"{t.name} was detached and attached again since {path} was last synced; changes in "
-                              f"between were not captured: run `pgcdc resync {t.name}`")
+            raise TargetError(f"{t.name} was detached and attached again (or attached again with another key or "
+                              f"predicate) since {path} was last synced; changes in between were not captured (or "
+                              f"were queued by the old options): run `pgcdc resync {t.name}`")
         known, committing = committing_batch(primary, state.consumer, t.table_id)
         if not known:
             raise TargetError(f"{path} holds batch {state.batch} of consumer {state.consumer}, but the database has "

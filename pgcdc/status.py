@@ -62,6 +62,17 @@ def _capture_problems(conn: psycopg.Connection) -> list[str]:
         "where q.op = 'T' and q.payload ? 'capture_error' and q.txid >= coalesce("
         "  (select min(s.watermark) from pgcdc.consumer_state s where s.table_id = a.table_id), '0') "
         "group by 1 order by 1").fetchall()
+    unfit = conn.execute(
+        "select format('%I.%I', n.nspname, c.relname), string_agg(u.col, ', ') "
+        "from pgcdc.attached a join pg_class c on c.oid = a.relid join pg_namespace n on n.oid = c.relnamespace "
+        "cross join lateral unnest(a.key_columns || coalesce(a.predicate_columns, '{}')) u(col) "
+        "where not exists (select 1 from pg_attribute t where t.attrelid = a.relid and t.attname = u.col "
+        "                    and not t.attisdropped) group by 1 order by 1").fetchall()
+    for table, columns in unfit:  # (even right after a copy took the queued copies away)
+        if table not in {b[0] for b in broken}:
+            problems.append(f"capture of {table} names columns the table no longer has ({columns}): each write "
+                            f"queues a whole-table copy instead of its keys; run `pgcdc attach {table}` so capture "
+                            "follows the table again")
     for table, since, error in broken:
         problems.append(f"capture of {table} no longer fits the table ({error}, since {age(since)} ago): each write "
                         f"queues a whole-table copy instead of its keys; run `pgcdc attach {table}` so capture "

@@ -11,6 +11,7 @@ import pytest
 
 from pgcdc import capture
 from pgcdc.errors import TableError, TargetError
+from pgcdc.status import status_report
 
 
 def _delta_rows(syncer, table: str, columns: str) -> list[tuple]:
@@ -150,3 +151,38 @@ def test_a_renamed_table_keeps_its_delta_table_and_a_rename_back_revives_nothing
     with pytest.raises(TargetError, match=r"is the Delta table of public.r3, which consumer test synced there"):
         syncer.run()
     assert _delta_rows(syncer, "public.r", "id, v") == pg  # untouched
+
+
+def test_attaching_again_with_another_key_never_reinterprets_pending_events(db: psycopg.Connection,
+                                                                          syncer) -> None:
+    """`attach --key code` while events queued under `id` were pending read those ids as codes,
+    deleted 100 rows downstream and lost 100 updates. Now the table is attached anew: the run
+    stops naming resync (status says so), and the resync is exact."""
+    from pgcdc.ingest import Job
+
+    db.execute("create table t (id int primary key, code text not null unique, v int)")
+    db.execute("insert into t select i, 'c' || (1000 - i), 0 from generate_series(1, 100) i")
+    capture.attach(db, "t")
+    syncer.run()
+    db.execute("update t set v = 1")  # pending, queued by id
+    capture.attach(db, "t", key=["code"])
+    with pytest.raises(TargetError, match=r"attached again with another key or predicate.*`pgcdc resync public.t`"):
+        syncer.run()
+    report, healthy = status_report(db)
+    assert not healthy and "pgcdc resync public.t" in report
+    Job(syncer.settings(), syncer.spark, syncer.lines.append).resync(["public.t"])
+    db.execute("update t set v = 2 where id <= 10")
+    syncer.run()
+    pg = sorted(db.execute("select id, code, v from t").fetchall())
+    assert _delta_rows(syncer, "public.t", "id, code, v") == pg and pg[0][2] == 2 and pg[-1][2] == 1
+
+
+def test_a_copy_survives_an_idle_in_transaction_timeout(db: psycopg.Connection, syncer) -> None:
+    """With idle_in_transaction_session_timeout = 1s for the database, the exporting transaction
+    was ended while Spark copied (`invalid snapshot identifier`), on every run."""
+    db.execute(f"alter database \"{db.info.dbname}\" set idle_in_transaction_session_timeout = '1s'")
+    db.execute("create table t (id int primary key, v text)")
+    db.execute("insert into t select i, repeat('x', 100) from generate_series(1, 50000) i")
+    capture.attach(db, "t")
+    syncer.run(jdbc_partitions=4)
+    assert syncer.delta("public.t").count() == 50000
