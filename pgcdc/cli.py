@@ -344,9 +344,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # Spark/Py4J/driver failures: one line, the traceback on request
         if os.environ.get("PGCDC_DEBUG"):
             raise
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        print(f"pgcdc: error: unexpected {type(exc).__name__}: {first}; a re-run resumes safely; "
-              "set PGCDC_DEBUG=1 for the full traceback", file=sys.stderr)
+        from pgcdc.ingest import _first_line
+
+        # (nothing half-applied stays: a batch lands in one Delta commit or not at all; whether a
+        # re-run gets further depends on the cause, which `pgcdc status` keeps too)
+        print(f"pgcdc: error: {_first_line(exc)}; no batch was half-applied; fix the cause and run it again "
+              "(`pgcdc status` names the failed tables); set PGCDC_DEBUG=1 for the full traceback", file=sys.stderr)
         return 1
 
 

@@ -119,14 +119,19 @@ def _run_problems(conn: psycopg.Connection) -> list[str]:
         if start_txmin is None:
             continue
         behind = conn.execute(
-            "select format('%%I.%%I', n.nspname, c.relname) from pgcdc.consumer_state s "
+            "select format('%%I.%%I', n.nspname, c.relname), s.updated_at < %s from pgcdc.consumer_state s "
             "join pgcdc.attached a using (table_id) join pg_class c on c.oid = a.relid "
             "join pg_namespace n on n.oid = c.relnamespace "
             "where s.consumer = %s and s.batch > 0 and s.watermark < %s::text::xid8 order by 1",
-            (consumer, str(start_txmin))).fetchall()
-        for (table,) in behind:
-            problems.append(f"consumer {consumer} is stuck on {table}: its last successful run left changes below "
-                            f"txid {start_txmin} unapplied; run `pgcdc resync {table}` and report it as a bug")
+            (started, consumer, str(start_txmin))).fetchall()
+        for table, left_out in behind:
+            if left_out:  # (the run did not sync it: the consumer's `tables` no longer name it)
+                problems.append(f"consumer {consumer} no longer syncs {table} (its last run left it out) but its "
+                                f"state keeps the table's changes queued since then; add it back to the consumer's "
+                                f"`tables`, or `pgcdc detach {table}` if no consumer needs it")
+            else:
+                problems.append(f"consumer {consumer} is stuck on {table}: its last successful run left changes "
+                                f"below txid {start_txmin} unapplied; run `pgcdc resync {table}` and report it as a bug")
     return problems
 
 

@@ -186,3 +186,40 @@ def test_a_copy_survives_an_idle_in_transaction_timeout(db: psycopg.Connection, 
     capture.attach(db, "t")
     syncer.run(jdbc_partitions=4)
     assert syncer.delta("public.t").count() == 50000
+
+
+def test_a_table_left_out_of_a_consumers_tables_is_named_not_called_a_bug(db: psycopg.Connection, syncer) -> None:
+    db.execute("create table a (id int primary key)")
+    db.execute("create table b (id int primary key)")
+    capture.attach(db, "a")
+    capture.attach(db, "b")
+    syncer.run()
+    db.execute("insert into b values (1)")
+    syncer.run(tables=["public.a"])
+    report, healthy = status_report(db)
+    assert not healthy and "consumer test no longer syncs public.b (its last run left it out)" in report
+    assert "report it as a bug" not in report
+
+
+def test_the_retention_limit_counts_only_unapplied_events(db: psycopg.Connection, syncer, dsn: str) -> None:
+    """An unrelated transaction held open past the retention limit: a caught-up out-of-order
+    consumer (its watermark held back, every event above it applied) was marked, and every run
+    copied its tables again."""
+    import time
+
+    from pgcdc import consumers
+
+    db.execute("create table t (id int primary key)")
+    db.execute("create table other (id int)")
+    capture.attach(db, "t")
+    syncer.run()
+    with psycopg.connect(dsn) as long_tx:
+        long_tx.execute("insert into other values (1)")  # holds the txmin back
+        db.execute("insert into t select generate_series(1, 10)")
+        syncer.run()  # applied out of order
+        consumers.set_retention(db, max_age="1 second")
+        time.sleep(1.5)
+        assert [a for a, _ in capture.maintain(db) if a == "resync needed"] == []
+        long_tx.rollback()
+    consumers.set_retention(db, max_age="7 days")
+    assert syncer.delta("public.t").count() == 10
