@@ -51,8 +51,9 @@ def _lit(text: str) -> str:
 
 
 def as_text(expr: str) -> str:
-    """SQL for a value's text from its type's output function, never a cast (docs/security.md)."""
-    return f"pg_catalog.format('%s', {expr})"
+    """SQL for a value's text from its type's output function, never a cast (docs/security.md);
+    null stays null (format would make it '')."""
+    return f"case when ({expr}) is not null then pg_catalog.format('%s', {expr}) end"
 
 
 @dataclass(frozen=True)

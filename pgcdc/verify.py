@@ -97,7 +97,7 @@ def _pg_canon(ref: str, base: str, is_array: bool, precision: int | None, key: b
         return _pg_value(ref, base, precision, key)
     # (Delta holds numeric and bytea elements as their text form)
     element = "e::text" if base in ("numeric", "bytea") else \
-        "pg_catalog.format('%s', e)" if base.startswith("user:") else _pg_value("e", base, None, False)
+        "case when e is not null then pg_catalog.format('%s', e) end" if base.startswith("user:") else _pg_value("e", base, None, False)
     return (f"case when {ref} is not null then '{{' || array_to_string(array(select coalesce(length(v) || ':' || v, "
             f"'N') from unnest({ref}) with ordinality u(e, o), lateral (select {element} v) x order by o), ',') "
             f"|| '}}' end")

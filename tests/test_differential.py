@@ -49,6 +49,17 @@ def test_delta_equals_postgres_reading_through_a_hot_standby(spark, dsn: str, pg
     _play(Params.draw(seed, "out_of_order", replica_dsn=standby, runs=4), spark, dsn, tmp_path)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["out_of_order", "strict"])
+def test_delta_equals_postgres_through_a_tables_life(spark, dsn: str, tmp_path: Path, mode: str) -> None:
+    """The lifecycle schedule: besides the writers and crashes, between runs a table with a
+    predicate on its key is renamed and renamed back and attached again with another predicate,
+    a table keyed by a domain over date (written under random DateStyle and TimeZone) is dropped
+    and created again; status must say OK exactly when Delta equals PostgreSQL."""
+    seed = SEEDS[0] + 700 + (mode == "strict")
+    _play(Params.draw(seed, mode, lifecycle=True, runs=6), spark, dsn, tmp_path)
+
+
 @pytest.mark.soak
 def test_soak(spark, pg_server, tmp_path: Path) -> None:
     deadline = time.monotonic() + 60 * float(os.environ.get("PGCDC_SOAK_MINUTES", "10"))
@@ -60,7 +71,7 @@ def test_soak(spark, pg_server, tmp_path: Path) -> None:
         with psycopg.connect(pg_server.dsn(), autocommit=True) as c:
             c.execute(f'drop database if exists "{name}" with (force)')
             c.execute(f'create database "{name}"')
-        _play(Params.draw(seed, mode), spark, pg_server.dsn(name), tmp_path / name)
+        _play(Params.draw(seed, mode, lifecycle=played % 4 >= 2), spark, pg_server.dsn(name), tmp_path / name)
         with psycopg.connect(pg_server.dsn(), autocommit=True) as c:
             c.execute(f'drop database if exists "{name}" with (force)')
         played += 1
