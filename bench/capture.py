@@ -66,6 +66,19 @@ def bulk_update_seconds(conn: psycopg.Connection, rows: int) -> float:
     return time.perf_counter() - start
 
 
+def statement_micros(conn: psycopg.Connection, statements: int = 20_000) -> float:
+    """Microseconds per one-row UPDATE, run `statements` times in one DO block (one backend, one
+    transaction, rolled back: no commit and no client round trip, so capture's own cost shows)."""
+    loop = (f"do $$ begin for i in 1..{statements} loop update pgbench_accounts set abalance = abalance + 1 "
+            "where aid = i; end loop; end $$")
+    with conn.transaction(force_rollback=True):
+        conn.execute(loop.replace(str(statements), "1000"))  # (warm up: plans, caches)
+    with conn.transaction(force_rollback=True):
+        start = time.perf_counter()
+        conn.execute(loop)
+        return (time.perf_counter() - start) * 1e6 / statements
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=20, help="pgbench run length per mode and round")
@@ -85,6 +98,7 @@ def main() -> None:
                         "-i", "-q", "-s", str(args.scale), "postgres"], check=True, capture_output=True, env=env)
         tps: dict[str, list[float]] = {m: [] for m in MODES}
         bulk: dict[str, list[float]] = {m: [] for m in MODES}
+        micros: dict[str, list[float]] = {m: [] for m in MODES}
         with psycopg.connect(pg.dsn(), autocommit=True) as conn:
             capture.install(conn)
             for r in range(args.rounds):
@@ -93,8 +107,9 @@ def main() -> None:
                     tps[mode].append(pgbench_tps(pg, args.seconds, args.clients))
                     set_mode(conn, mode)
                     bulk[mode].append(bulk_update_seconds(conn, args.bulk_rows))
+                    micros[mode].append(statement_micros(conn))
                     print(f"round {r + 1}/{args.rounds} {mode:12s} tps {tps[mode][-1]:8.0f}  "
-                          f"bulk update {bulk[mode][-1]:6.2f}s", flush=True)
+                          f"bulk update {bulk[mode][-1]:6.2f}s  one-row UPDATE {micros[mode][-1]:5.1f} us", flush=True)
             set_mode(conn, "none")
     finally:
         pg.stop(remove=True)
@@ -103,11 +118,14 @@ def main() -> None:
     print(f"\npgbench TPC-B scale {args.scale}, {args.clients} clients, {args.seconds}s x {args.rounds} rounds, "
           f"{durability}; UPDATE of {args.bulk_rows} rows in one statement")
     base_tps, base_bulk = statistics.median(tps["none"]), statistics.median(bulk["none"])
-    print(f"{'mode':12s} {'median tps':>10s} {'tps ratio':>9s} {'bulk s':>7s} {'bulk ratio':>10s}   per-round tps ratios")
+    base_us = min(micros["none"])
+    print(f"{'mode':12s} {'median tps':>10s} {'tps ratio':>9s} {'bulk s':>7s} {'bulk ratio':>10s} {'+us/stmt':>9s}"
+          "   per-round tps ratios")
     for mode in MODES:
         t, b = statistics.median(tps[mode]), statistics.median(bulk[mode])
         rounds = " ".join(f"{x / y:.2f}" for x, y in zip(tps[mode], tps["none"]))
-        print(f"{mode:12s} {t:10.0f} {t / base_tps:8.2f}x {b:7.2f} {b / base_bulk:9.2f}x   {rounds}")
+        print(f"{mode:12s} {t:10.0f} {t / base_tps:8.2f}x {b:7.2f} {b / base_bulk:9.2f}x "
+              f"{min(micros[mode]) - base_us:9.1f}   {rounds}")
 
 
 if __name__ == "__main__":

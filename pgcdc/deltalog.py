@@ -117,3 +117,25 @@ def stored_rows(spark: "SparkSession", txn: Any, files: list[Any], columns: list
     schema = StructType([f for f in table.fields if f.name in columns])
     paths = [f.absolutePath(txn.deltaLog()).toString() for f in files]
     return spark.read.schema(schema).parquet(*paths)
+
+
+def missing_files(spark: "SparkSession", path: str, limit: int = 3) -> list[str]:
+    """Data files the table's latest snapshot references that are gone from a local folder (a
+    VACUUM by another tool with its retention check off, run while a batch was being written,
+    deletes the batch's new files before it commits them; a person deleting files). Through
+    public API (DataFrame.inputFiles); a table elsewhere is not checked (empty list)."""
+    import os
+    from urllib.parse import unquote, urlparse
+
+    from pgcdc.state import local_folder
+
+    if local_folder(path) is None:
+        return []
+    gone = []
+    for uri in spark.read.format("delta").load(path).inputFiles():
+        file = unquote(urlparse(uri).path) if uri.startswith("file:") else uri
+        if not os.path.exists(file):
+            gone.append(os.path.basename(file))
+            if len(gone) >= limit:
+                break
+    return gone

@@ -20,7 +20,7 @@ import psycopg
 from pgcdc import access, apply, capture, consumers, driver_write, enrich, events, faults, key_index
 from pgcdc.capture import AttachedTable
 from pgcdc.db import connect, jdbc_options
-from pgcdc.deltalog import table_schema
+from pgcdc.deltalog import missing_files, table_schema
 from pgcdc.jvm import in_background
 from pgcdc.errors import TableError, TargetError
 from pgcdc.settings import Settings
@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 # A large batch's keys are read into the driver on this thread while Spark writes its rows
 # (psycopg and pyarrow only: it never calls the JVM, see jvm.in_background).
 _KEY_READER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgcdc-keys")
+
+
+class _Behind(Exception):
+    """The reader's snapshot has not reached the registration a copy waits for (its txmin)."""
 
 
 class ColumnsChanged(Exception):
@@ -148,6 +152,11 @@ class Job:
         if not apply.is_delta(self.spark, path):  # (only ever created in an empty place)
             apply.create_table(self.spark, path, source, s.consumer, t.name)
         apply.check_owner(self.spark, path, s.consumer, None if recorded else t.name)
+        gone = missing_files(self.spark, path)
+        if gone:
+            raise TargetError(f"{path} references data files that are gone ({', '.join(gone)}, ...): it cannot be read; "
+                              "was it vacuumed with its retention check off while pgcdc wrote it? Run "
+                              f"`pgcdc resync {t.name}` to write it again")
         why = self.copy_reason(primary, t, path, source)
         if why is not None:
             self.say(f"{t.name}: {why}: copying the table again")
@@ -282,13 +291,28 @@ class Job:
         watermark: changes the snapshot does not show are in the queue above it, which keeps
         them from the registration on."""
         registered = register_table(primary, self.settings.consumer, t.table_id, path)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return self._copy(primary, reader, jdbc, identity, t, columns, path, report, last_batch, registered)
+            except _Behind as behind:
+                # a standby's snapshot xmin can move back: a transaction's xid becomes known to it
+                # only with the transaction's first WAL record; wait again, then take a new snapshot
+                if time.monotonic() > deadline:
+                    raise TargetError(f"{self.reader_role} is behind the primary (its txmin {behind.args[0]} < "
+                                      f"{registered} after 60 s); check its replication and run again") from None
+                time.sleep(0.25)
+
+    def _copy(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], identity: str,
+              t: AttachedTable, columns: list[enrich.Column], path: str, report: TableReport, last_batch: int,
+              registered: int) -> ConsumerState:
+        """copy_table's copy in one snapshot of the reader, which must have reached `registered`."""
         self.wait_for_reader(reader, registered)
         with reader.transaction():  # held open while Spark copies: the partitions share its snapshot
             reader.execute("set transaction isolation level repeatable read, read only")
             snap = events.take_snapshot(reader)
             if snap.txmin < registered:  # a standby that has not replayed the registration yet
-                raise TargetError(f"{self.reader_role} is behind the primary (its txmin {snap.txmin} < "
-                                  f"{registered}); wait for it to catch up and run again")
+                raise _Behind(snap.txmin)
             exported = reader.execute("select pg_export_snapshot()").fetchone()[0]
             relpages = reader.execute("select greatest(relpages, 1) from pg_class where oid = %s::regclass",
                                       (t.name,)).fetchone()[0]

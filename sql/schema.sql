@@ -27,8 +27,8 @@ create table if not exists pgcdc.attached (
 -- every consumer has passed (pgcdc.maintain) instead of DELETE + VACUUM, and no DDL but that
 -- TRUNCATE ever runs on the queue. The capture code inlines slot_txids (regenerated on change).
 insert into pgcdc.meta (key, value) values ('queue_slots', '4'), ('slot_txids', '262144'),
-    ('retention_max_age', '7 days'), ('maintain', 'row locked by a running pgcdc.maintain()')
-    on conflict do nothing;
+    ('retention_max_age', '7 days') on conflict do nothing;
+delete from pgcdc.meta where key = 'maintain';
 delete from pgcdc.meta where key = 'partition_size';  -- (schema v2's txid-range partitions)
 
 -- Schema v2 partitioned the queue by txid range with a default partition: move its events

@@ -223,3 +223,26 @@ def test_the_retention_limit_counts_only_unapplied_events(db: psycopg.Connection
         long_tx.rollback()
     consumers.set_retention(db, max_age="7 days")
     assert syncer.delta("public.t").count() == 10
+
+
+def test_a_delta_table_missing_a_data_file_stops_its_sync_until_resync(db: psycopg.Connection, syncer) -> None:
+    """A VACUUM ... RETAIN 0 HOURS by another tool during a batch deletes the batch's new files before
+    it commits them: the table becomes unreadable. The next ingest exited 0 and status said OK."""
+    import os
+
+    from pgcdc.ingest import Job
+
+    db.execute("create table t (id int primary key, v int)")
+    db.execute("insert into t select i, 0 from generate_series(1, 100) i")
+    capture.attach(db, "t")
+    syncer.run()
+    live = [f for f in syncer.delta("public.t").inputFiles()]
+    os.remove(live[0].removeprefix("file:"))  # what that VACUUM leaves
+    db.execute("update t set v = 1 where id = 1")
+    with pytest.raises(TargetError, match=r"references data files that are gone .*`pgcdc resync public.t`"):
+        syncer.run()
+    report, healthy = status_report(db)
+    assert not healthy and "failed" in report
+    Job(syncer.settings(), syncer.spark, syncer.lines.append).resync(["public.t"])
+    syncer.run()
+    assert sorted(tuple(r) for r in syncer.delta("public.t").collect()) == sorted(db.execute("select id, v from t").fetchall())

@@ -125,8 +125,8 @@ def test_maintain_in_repeatable_read_is_refused(db: psycopg.Connection, dsn: str
 
 
 def test_concurrent_maintain_returns_at_once(db: psycopg.Connection, dsn: str) -> None:
-    with psycopg.connect(dsn) as other:  # (a transaction inside maintain holds its row lock on pgcdc.meta)
-        other.execute("select from pgcdc.meta where key = 'maintain' for update")
+    with psycopg.connect(dsn) as other:  # (a transaction inside maintain holds this lock)
+        other.execute("lock table pgcdc.meta in share update exclusive mode")
         assert capture.maintain(db) == [("busy", "another pgcdc.maintain() is running")]
 
 

@@ -10,8 +10,8 @@
 -- call; while it holds the lock, writers of other slots (all current writers, in normal
 -- operation) do not touch it. No other DDL runs on the queue.
 -- Safe to call often and from cron (the ingest job calls it each run); a call that finds
--- another one running returns at once (a row lock on pgcdc.meta, which only pgcdc's roles can
--- take). Call it in READ COMMITTED (the default). Also forgets attached tables that were dropped.
+-- another one running returns at once (a SHARE UPDATE EXCLUSIVE lock on pgcdc.meta, which only
+-- pgcdc's roles can take: it needs more than SELECT). Call it in READ COMMITTED (the default). Also forgets attached tables that were dropped.
 -- SECURITY DEFINER with a pinned search_path and no input but lock_wait, so the ingest role
 -- needs no TRUNCATE right on the queue (docs/security.md).
 -- Touches: partitions pgcdc.commit_queue_s<n>, pgcdc.consumer_state (marks), dropped tables' rows.
@@ -38,12 +38,13 @@ begin
         raise exception using errcode = '25000', message = 'pgcdc.maintain() must run in READ COMMITTED',
             hint = 'it checks each slot in a fresh snapshot after locking it';
     end if;
-    perform from pgcdc.meta where key = 'maintain' for update skip locked;
-    if not found then
+    begin  -- (a table lock takes no transaction id, unlike a row lock: maintain holds back no xmin)
+        lock table pgcdc.meta in share update exclusive mode nowait;
+    exception when lock_not_available then
         action := 'busy'; partition_name := 'another pgcdc.maintain() is running';
         return next;
         return;
-    end if;
+    end;
     for r in select pgcdc._forget_dropped() as id loop
         action := 'detached'; partition_name := format('table_id %s: the table was dropped', r.id);
         return next;
