@@ -125,7 +125,6 @@ def missing_files(spark: "SparkSession", path: str, limit: int = 3) -> list[str]
     deletes the batch's new files before it commits them; a person deleting files). Through
     public API (DataFrame.inputFiles); a table elsewhere is not checked (empty list)."""
     import os
-    from urllib.parse import unquote, urlparse
 
     from pgcdc.state import local_folder
 
@@ -133,7 +132,7 @@ def missing_files(spark: "SparkSession", path: str, limit: int = 3) -> list[str]
         return []
     gone = []
     for uri in spark.read.format("delta").load(path).inputFiles():
-        file = unquote(urlparse(uri).path) if uri.startswith("file:") else uri
+        file = uri.removeprefix("file:")  # (Hadoop's Path prints the path as it is, not URL-encoded)
         if not os.path.exists(file):
             gone.append(os.path.basename(file))
             if len(gone) >= limit:
