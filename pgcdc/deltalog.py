@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from pgcdc.jvm import cls, none, optional, seq
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -122,19 +124,39 @@ def stored_rows(spark: "SparkSession", txn: Any, files: list[Any], columns: list
 def missing_files(spark: "SparkSession", path: str, limit: int = 3) -> list[str]:
     """Data files the table's latest snapshot references that are gone from a local folder (a
     VACUUM by another tool with its retention check off, run while a batch was being written,
-    deletes the batch's new files before it commits them; a person deleting files). Through
-    public API (DataFrame.inputFiles); a table elsewhere is not checked (empty list)."""
+    deletes the batch's new files before it commits them; a person deleting files). The file
+    list comes from the version's checksum file, read as a file (its `allFiles`, Delta protocol:
+    a few ms), else from public API (DataFrame.inputFiles: ~150 ms a table); a table elsewhere is
+    not checked (empty list)."""
     import os
 
     from pgcdc.state import local_folder
 
-    if local_folder(path) is None:
+    folder = local_folder(path)
+    if folder is None:
         return []
+    files = _checksum_files(folder, int(latest_snapshot(spark, path).version()))
+    if files is None:  # (Hadoop's Path prints the path as it is, not URL-encoded)
+        files = [uri.removeprefix("file:") for uri in spark.read.format("delta").load(path).inputFiles()]
     gone = []
-    for uri in spark.read.format("delta").load(path).inputFiles():
-        file = uri.removeprefix("file:")  # (Hadoop's Path prints the path as it is, not URL-encoded)
+    for file in files:
         if not os.path.exists(file):
             gone.append(os.path.basename(file))
             if len(gone) >= limit:
                 break
     return gone
+
+
+def _checksum_files(folder: "Path", version: int) -> list[str] | None:
+    """The data files of `version` as its checksum file lists them (paths in an AddFile are
+    URL-encoded, relative to the table unless absolute); None if it lists none."""
+    from urllib.parse import unquote, urlparse
+
+    try:
+        listed = json.loads((folder / "_delta_log" / f"{version:020d}.crc").read_text()).get("allFiles")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(listed, list):
+        return None
+    return [unquote(urlparse(f["path"]).path) if ":" in f["path"] else str(folder / unquote(f["path"]))
+            for f in listed]
