@@ -76,12 +76,16 @@ def check_target_root(root: str) -> str:
 def target_path(root: str, table: str) -> str:
     """Where a table lands: <root>/<schema>.<table>, names as in PostgreSQL (unquoted);
     a relative local root is taken from the current directory."""
-    from pathlib import Path
-
     schema, name = _split(table)
     folder = f"{schema}.{name}".replace("/", "%2F")
-    base = root if "://" in root else str(Path(root).resolve())
-    return f"{base.rstrip('/')}/{folder}"
+    return f"{target_root(root)}/{folder}"
+
+
+def target_root(root: str) -> str:
+    """The folder or URI every table's Delta table lies under (a relative local root resolved)."""
+    from pathlib import Path
+
+    return (root if "://" in root else str(Path(root).resolve())).rstrip("/")
 
 
 def _split(table: str) -> tuple[str, str]:

@@ -33,12 +33,6 @@ class ConsumerInfo:
     running: bool
 
 
-def register(conn: psycopg.Connection, name: str) -> int:
-    """The consumer's id (registering the name on first use)."""
-    return conn.execute("insert into pgcdc.consumer (name) values (%s) on conflict (name) "
-                        "do update set name = excluded.name returning consumer_id", (name,)).fetchone()[0]
-
-
 def lock(conn: psycopg.Connection, name: str) -> None:
     """Hold the consumer's lease for the life of the connection (autocommit), or fail: runs of one
     consumer never overlap. A lease is a row of pgcdc.consumer naming this backend and a random

@@ -263,12 +263,11 @@ def table_path(conn: "psycopg.Connection", consumer: str, table_id: int, name: s
     its Delta table through renames (and renaming back finds the same one), as long as that lies
     under `root`. A table never synced lands at <root>/<schema>.<table>, unless the consumer syncs
     another table there (one renamed away from this name): then it is refused, naming that one."""
-    from pgcdc.apply import target_path
+    from pgcdc.apply import target_path, target_root
 
     row = conn.execute("select target from pgcdc.consumer_state where consumer = %s and table_id = %s",
                        (consumer, table_id)).fetchone()
-    base = target_path(root, "x.x")[:-len("x.x")]
-    if row is not None and row[0].startswith(base):
+    if row is not None and row[0].startswith(target_root(root) + "/"):
         return row[0], True
     path = target_path(root, name)
     other = conn.execute("select coalesce(a.table_name, a.relid::text) from pgcdc.consumer_state s "

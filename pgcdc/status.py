@@ -68,8 +68,9 @@ def _capture_problems(conn: psycopg.Connection) -> list[str]:
         "cross join lateral unnest(a.key_columns || coalesce(a.predicate_columns, '{}')) u(col) "
         "where not exists (select 1 from pg_attribute t where t.attrelid = a.relid and t.attname = u.col "
         "                    and not t.attisdropped) group by 1 order by 1").fetchall()
+    named = {b[0] for b in broken}
     for table, columns in unfit:  # (even right after a copy took the queued copies away)
-        if table not in {b[0] for b in broken}:
+        if table not in named:
             problems.append(f"capture of {table} names columns the table no longer has ({columns}): each write "
                             f"queues a whole-table copy instead of its keys; run `pgcdc attach {table}` so capture "
                             "follows the table again")
