@@ -22,7 +22,7 @@ from pathlib import Path
 import psycopg
 
 from pgcdc import capture, enrich, ingest, verify
-from pgcdc.apply import target_path
+from pgcdc.target import target_path
 from pgcdc.db import jdbc_options
 from pgcdc.localpg import LocalPostgres
 from pgcdc.settings import Settings

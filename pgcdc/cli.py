@@ -29,7 +29,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Check every part the settings name that can be reached without Spark; say what to do next."""
-    from pgcdc import apply, capture
+    from pgcdc import capture, target
     from pgcdc.db import connect
     from pgcdc.errors import SourceError
     from pgcdc.settings import masked_dsn
@@ -53,7 +53,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise SourceError(f"source.replica_dsn is not a standby of source.dsn's database (identity "
                           f"{identities['source.replica_dsn']}, the primary's {identities['source.dsn']}); "
                           "point it at a standby of the same cluster and database")
-    print(f"target.root: {apply.check_target_root(settings.target.root)}")
+    print(f"target.root: {target.check_target_root(settings.target.root)}")
     return 0
 
 

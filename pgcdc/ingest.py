@@ -10,32 +10,25 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import psycopg
 
-from pgcdc import access, apply, capture, consumers, driver_write, enrich, events, faults, key_index
+from pgcdc import access, capture, consumers, enrich, events, faults, tablelog, target
 from pgcdc.capture import AttachedTable
 from pgcdc.db import connect, jdbc_options
-from pgcdc.deltalog import missing_files, table_schema
-from pgcdc.jvm import in_background
+from pgcdc.engines import BatchWork, Chooser, Engine
 from pgcdc.errors import TableError, TargetError
 from pgcdc.settings import Settings
-from pgcdc.state import (ConsumerState, committed_batch, committing_batch, load_state, local_folder,
+from pgcdc.state import (ConsumerState, committed_batch, committing_batch, load_state,
                          mark_committing, mirror_state, read_state_file, register_table, resync_reason,
                          table_path, write_state_file)
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
-
-# A large batch's keys are read into the driver on this thread while Spark writes its rows
-# (psycopg and pyarrow only: it never calls the JVM, see jvm.in_background).
-_KEY_READER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgcdc-keys")
 
 
 class _Behind(Exception):
@@ -91,6 +84,7 @@ class Job:
         self.say = say
         self.reader_dsn = settings.source.replica_dsn or settings.source.dsn
         self.reader_role = "source.replica_dsn" if settings.source.replica_dsn else "source.dsn"
+        self.chooser = Chooser(spark, settings.ingest.engine)  # refuses an engine this Delta build cannot run
 
     @contextmanager
     def source(self, names: list[str], restored: bool = False) -> Iterator[tuple[psycopg.Connection, psycopg.Connection,
@@ -149,14 +143,16 @@ class Job:
         access.check_readable(reader, t)
         columns = enrich.table_columns(reader, t.name)
         source = enrich.schema_of(self.spark, jdbc, t, columns)
-        if not apply.is_delta(self.spark, path):  # (only ever created in an empty place)
-            apply.create_table(self.spark, path, source, s.consumer, t.name)
-        apply.check_owner(self.spark, path, s.consumer, None if recorded else t.name)
-        gone = missing_files(self.spark, path)
+        if not target.is_delta(self.spark, path):  # (only ever created in an empty place)
+            target.create_table(self.spark, path, source, s.consumer, t.name, s.target)
+        target.check_owner(self.spark, path, s.consumer, None if recorded else t.name)
+        gone = tablelog.missing_files(self.spark, path)
         if gone:
             raise TargetError(f"{path} references data files that are gone ({', '.join(gone)}, ...): it cannot be read; "
                               "was it vacuumed with its retention check off while pgcdc wrote it? Run "
                               f"`pgcdc resync {t.name}` to write it again")
+        choice = self.chooser.choose(path)
+        self.say(f"{t.name}: {choice.line()}")
         why = self.copy_reason(primary, t, path, source)
         if why is not None:
             self.say(f"{t.name}: {why}: copying the table again")
@@ -170,7 +166,7 @@ class Job:
                 # between the commit and the file write, and then the lagging state still sees
                 # the committed batch's events as pending, so it is never idle.
                 self.check_state(primary, quick, identity, t, path)
-                return self.finish(primary, reader, self.moved(path, quick, batch), path, report)
+                return self.finish(primary, reader, self.moved(path, quick, batch), path, report, choice.engine)
         state = load_state(self.spark, path, s.consumer)
         if state is None:
             state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, 0)
@@ -208,8 +204,8 @@ class Job:
             else:
                 row_bytes = table_bytes / max(rows, 1)  # (reltuples is -1 before the first analyze)
                 try:
-                    state = self.apply_batch(primary, reader, jdbc, t, columns, batch, snap, row_bytes, state, path,
-                                             report)
+                    state = self.apply_batch(choice.engine, primary, reader, jdbc, t, columns, batch, snap,
+                                             row_bytes, state, path, report)
                 except ColumnsChanged as changed:  # DDL since the run began; the copy covers this batch
                     self.say(f"{t.name}: its columns changed while this run read it ({changed}): copying the "
                              "table again")
@@ -219,7 +215,7 @@ class Job:
                     report.batches += 1
             if batch.caught_up or batch.next_txid >= self.horizon(start):
                 break
-        return self.finish(primary, reader, state, path, report)
+        return self.finish(primary, reader, state, path, report, choice.engine)
 
     def copy_reason(self, primary: psycopg.Connection, t: AttachedTable, path: str,
                     source: "StructType") -> str | None:
@@ -235,7 +231,7 @@ class Job:
     def columns_changed(self, t: AttachedTable, path: str, source: "StructType") -> str | None:
         """How the table's columns differ from its Delta table's, or None; with
         `on_schema_change = "fail"` a difference stops the table's sync instead."""
-        changed = apply.schema_change(table_schema(self.spark, path), source)
+        changed = target.schema_change(tablelog.read_state(self.spark, path, need_txns=False).schema(), source)
         if changed is not None and self.settings.ingest.on_schema_change == "fail":
             raise TargetError(f"the columns of {t.name} changed ({changed}) since {path} was written; run "
                               f"`pgcdc resync {t.name}` to copy the table again (or set ingest.on_schema_change "
@@ -243,13 +239,12 @@ class Job:
         return changed
 
     def finish(self, primary: psycopg.Connection, reader: psycopg.Connection, state: ConsumerState, path: str,
-               report: TableReport) -> TableReport:
-        """Mirror the state (also tells `pgcdc status` this run happened), drop the key
-        indexes of data files VACUUM deleted, and report."""
+               report: TableReport, engine: Engine | None = None) -> TableReport:
+        """Mirror the state (also tells `pgcdc status` this run happened), let the engine tidy
+        its own files, and report."""
         mirror_state(primary, state, path)
-        folder = local_folder(path)
-        if folder is not None:
-            key_index.prune(str(folder))
+        if engine is not None:
+            engine.finish(path)
         report.watermark = state.watermark
         report.pending_events = self.pending(reader, state)
         self.say(report.line())
@@ -325,7 +320,7 @@ class Job:
                                   batch=last_batch).next(snap.txmin, applied)
             mark_committing(primary, state, path)  # after the snapshot the copy reads
             faults.failpoint("before-copy-commit")
-            written = apply.overwrite(self.spark, path, rows, state)
+            written = target.overwrite(self.spark, path, rows, state)
         self.committed(primary, path, state, copied=True)
         report.copied = written.upserted
         return state
@@ -356,54 +351,33 @@ class Job:
                 access.check_readable(reader, t)
                 columns = enrich.table_columns(reader, t.name)
                 last = 0
-                if apply.is_delta(self.spark, path):
-                    apply.check_owner(self.spark, path, s.consumer, None if recorded else t.name)
+                if target.is_delta(self.spark, path):
+                    target.check_owner(self.spark, path, s.consumer, None if recorded else t.name)
                     last = committed_batch(self.spark, path, s.consumer) or 0
                 state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, last)
                 reports.append(self.finish(primary, reader, state, path, report))
         return reports
 
-    def apply_batch(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
-                    t: AttachedTable, columns: list[enrich.Column], batch: events.Batch, snap: events.Snapshot,
-                    row_bytes: float, state: ConsumerState, path: str,
+    def apply_batch(self, engine: Engine, primary: psycopg.Connection, reader: psycopg.Connection,
+                    jdbc: dict[str, str], t: AttachedTable, columns: list[enrich.Column], batch: events.Batch,
+                    snap: events.Snapshot, row_bytes: float, state: ConsumerState, path: str,
                     report: TableReport) -> ConsumerState:
-        """Apply one batch. The keys of one up to `driver_keys` keys are read into the driver,
-        which finds their old rows; a small one's rows too (if they fit in memory by the
-        table's average row size, `row_bytes`), which the driver then writes itself; the
-        rest is left to Spark."""
+        """Apply one batch with `engine`, then copy its state next to the table and into PostgreSQL."""
         s = self.settings.ingest
         partitions = enrich.batch_partitions(batch.keys, s.small_batch_keys, s.jdbc_partitions,
                                              self.spark.sparkContext.defaultParallelism)
-        on_driver = batch.keys <= s.driver_keys and enrich.keys_fit_driver(t, columns) \
-            and local_folder(path) is not None
-        keys: Callable[[], pa.Array] | None = None
-        rows: Future[list[tuple[object, ...]] | None] | None = None
-        key_read: Future[pa.Array] | None = None
-        if on_driver and batch.keys <= s.small_batch_keys and batch.keys * row_bytes <= enrich.DRIVER_ROWS_BYTES:
-            fetched = enrich.fetch_keys(reader, t, columns, batch)
-            keys = lambda: fetched  # noqa: E731
-            # PostgreSQL looks the rows up while Spark resolves the batch's JDBC schema and
-            # the driver finds the old rows; the rows are needed last, to be written
-            rows = in_background(lambda: enrich.fetch_rows(reader, t, columns, fetched))
-        elif on_driver:  # the keys are read while Spark starts writing the rows
-            key_read = _KEY_READER.submit(enrich.fetch_keys, reader, t, columns, batch)
-            keys = key_read.result
-        # the lowest and highest key (of an integer key) let the files outside them be
-        # skipped; the driver takes them from the keys it reads
-        bounds = enrich.key_bounds(reader, t, batch) if keys is None else None
-        try:
-            read = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions, snap.replayed)
-            changed = self.columns_changed(t, path, read.schema)
+        new_state = batch.next_state(state)
+
+        def read() -> enrich.BatchRead:
+            rows = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions, snap.replayed)
+            changed = self.columns_changed(t, path, rows.schema)
             if changed is not None:
                 raise ColumnsChanged(changed)
-            new_state = batch.next_state(state)
             faults.failpoint("before-merge")
-            local_rows = (lambda: driver_write.arrow_rows(rows.result(), read.schema)) if rows is not None else None
-            written = apply.merge(self.spark, path, read, new_state, lambda: mark_committing(primary, new_state, path),
-                                  bounds, keys, local_rows)
-        finally:
-            # the reader connection is free again before anything else uses it
-            wait([f for f in (rows, key_read) if f is not None])
+            return rows
+
+        written = engine.apply(BatchWork(self.spark, path, t, columns, batch, reader, row_bytes, s, new_state, read,
+                                         lambda: mark_committing(primary, new_state, path)))
         faults.failpoint("after-merge")
         self.committed(primary, path, new_state)
         report.batches += 1
@@ -499,7 +473,7 @@ def preflight(settings: Settings, tables: list[str]) -> None:
     installed at the right version, the tables to sync are attached, a local target is writable."""
     with connect(settings.source.dsn) as conn:
         select_tables(conn, tables)
-    apply.check_target_root(settings.target.root)
+    target.check_target_root(settings.target.root)
 
 
 def run(settings: Settings, spark: "SparkSession | None" = None, say: Callable[[str], None] = print) -> list[TableReport]:

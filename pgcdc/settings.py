@@ -39,6 +39,19 @@ class TargetSettings(BaseModel):
     model_config = {"extra": "forbid"}
 
     root: str = Field(description="directory or URI under which each table gets its Delta folder")
+    deletion_vectors: bool = Field(
+        default=True,
+        description="create tables with deletion vectors (batches mark old rows deleted instead of rewriting "
+        "their files); false: copy-on-write tables that readers without deletion-vector support read "
+        "(applied by the merge engine)",
+    )
+    change_data_feed: bool = Field(
+        default=False,
+        description="create tables with Delta's change data feed on (applied by the merge engine, so an update "
+        "reads back as update_preimage/update_postimage)",
+    )
+    row_tracking: bool = Field(
+        default=False, description="create tables with row tracking (stable row ids; applied by the merge engine)")
 
 
 class IngestSettings(BaseModel):
@@ -50,6 +63,12 @@ class IngestSettings(BaseModel):
         default="out_of_order",
         description="out_of_order: apply committed events above txmin too (low latency); "
         "strict: only events below txmin, in commit-safe txid order",
+    )
+    engine: Literal["auto", "merge", "fast"] = Field(
+        default="auto",
+        description="how batches are applied: merge: Delta's public MERGE (any Delta build); fast: deletion "
+        "vectors and new files written through Delta's internal API (local tables, tested Delta versions); "
+        "auto: fast where it is proven to write what Delta would, else merge (docs/engines.md)",
     )
     max_events_per_batch: int = Field(default=10_000, gt=0, description="queue rows per batch")
     max_keys_per_batch: int = Field(default=1_000_000, gt=0, description="changed keys per batch")

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from pgcdc.errors import TargetError
-from pgcdc.deltalog import committed_version, latest_snapshot
 from pgcdc.jvm import cls
 
 # pgcdc's own files beside a table's data (state copies, key indexes): VACUUM leaves "_" folders alone
@@ -130,10 +129,9 @@ def app_id(consumer: str) -> str:
 
 def committed_batch(spark: "SparkSession", path: str, consumer: str) -> int | None:
     """The batch number of the consumer's last commit to the Delta table (its txn version), or None."""
-    snapshot = latest_snapshot(spark, path)
-    if snapshot.version() < 0:
-        return None
-    version = committed_version(snapshot, app_id(consumer))
+    from pgcdc.tablelog import txn_version
+
+    version = txn_version(spark, path, app_id(consumer))
     return version if version >= 0 else None
 
 
@@ -263,7 +261,7 @@ def table_path(conn: "psycopg.Connection", consumer: str, table_id: int, name: s
     its Delta table through renames (and renaming back finds the same one), as long as that lies
     under `root`. A table never synced lands at <root>/<schema>.<table>, unless the consumer syncs
     another table there (one renamed away from this name): then it is refused, naming that one."""
-    from pgcdc.apply import target_path, target_root
+    from pgcdc.target import target_path, target_root
 
     row = conn.execute("select target from pgcdc.consumer_state where consumer = %s and table_id = %s",
                        (consumer, table_id)).fetchone()

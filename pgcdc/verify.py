@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from psycopg import sql
 
-from pgcdc import access, apply
+from pgcdc import access, target
 from pgcdc.capture import AttachedTable
 
 if TYPE_CHECKING:
@@ -297,4 +297,4 @@ def verify(spark: "SparkSession", conn: "psycopg.Connection", root: str,
     from pgcdc.state import table_path
 
     return [compare(spark, conn, t, table_path(conn, consumer, t.table_id, t.name, root)[0] if consumer
-                    else apply.target_path(root, t.name)) for t in tables]
+                    else target.target_path(root, t.name)) for t in tables]

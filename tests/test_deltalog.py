@@ -1,16 +1,20 @@
-"""The txn version and file list read from Delta's checksum file agree with Delta's own
-state reconstruction, and batches stay exact when the checksum lacks them."""
+"""The txn version, metadata and file list read from the Delta log as files (tablelog) and
+by the fast engine's transaction (engines/fast/deltalog) agree with Delta's own state
+reconstruction, and batches stay exact when the checksum lacks them."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from pgcdc import capture, deltalog
+from pgcdc import capture, tablelog
+from pgcdc.engines.fast import deltalog
 from pgcdc.errors import TargetError
 from pgcdc.jvm import pylist
+from pyspark.sql.types import StructType
 
 from fixtures.ingest import run_with_writer_before_commit
 
@@ -34,8 +38,15 @@ def test_checksum_answers_match_the_state_reconstruction(db: psycopg.Connection,
     log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(syncer.spark._jsparkSession, syncer.path("public.t"))
     snapshot = log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
     assert snapshot.checksumOpt().isDefined()  # Delta wrote it: the answers below come from it
-    assert deltalog.committed_version(snapshot, "pgcdc:test") == snapshot.transactions().get("pgcdc:test").get() == 3
-    assert deltalog.committed_version(snapshot, "pgcdc:other") == -1
+    path = syncer.path("public.t")
+    assert tablelog.txn_version(syncer.spark, path, "pgcdc:test") == \
+        snapshot.transactions().get("pgcdc:test").get() == 3
+    assert tablelog.txn_version(syncer.spark, path, "pgcdc:other") == -1
+    read = tablelog.read_state(syncer.spark, path)
+    assert read.version == snapshot.version()
+    assert read.configuration["pgcdc.consumer"] == snapshot.metadata().configuration().get("pgcdc.consumer").get()
+    assert read.schema() == StructType.fromJson(json.loads(snapshot.schema().json()))
+    assert len(read.all_files or []) == snapshot.numOfFiles()
     from_checksum = pylist(syncer.spark, deltalog.read_all_files(log.startTransaction()))
     reconstructed = pylist(syncer.spark, log.startTransaction().filterFiles())
     assert sorted((a.path(), a.deletionVector() and a.deletionVector().cardinality()) for a in from_checksum) == \
@@ -166,7 +177,7 @@ def test_deletion_vector_bitmap_built_on_the_driver_is_what_delta_writes(spark, 
     reads back the same positions."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    from pgcdc.driver_marks import portable_bitmap
+    from pgcdc.engines.fast.driver_marks import portable_bitmap
 
     dv = spark._jvm.org.apache.spark.sql.delta.deletionvectors
     rows = pa.array(range(length + start), pa.int64())
@@ -184,7 +195,7 @@ def test_deletion_vector_bitmap_built_on_the_driver_is_what_delta_writes(spark, 
 def test_driver_path_only_for_files_on_the_local_file_system(spark, tmp_path: Path) -> None:
     """driver_marks reads files with pyarrow from local paths: one file anywhere else (an
     object store) sends the batch to the Spark join, which reads through Hadoop."""
-    from pgcdc.driver_marks import local_paths
+    from pgcdc.engines.fast.driver_marks import local_paths
 
     path = str(tmp_path / "t")
     spark.range(3).repartition(2).write.format("delta").save(path)

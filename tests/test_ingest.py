@@ -321,7 +321,7 @@ def test_batches_mark_old_rows_deleted_and_write_only_the_changed_rows(db: psyco
     """Both ways of finding a batch's old rows: on the driver (its keys read into the
     driver) and by a Spark join; with the rows written by the driver or by Spark."""
     from delta.tables import DeltaTable
-    from pgcdc import driver_marks
+    from pgcdc.engines.fast import driver_marks
 
     on_driver = []
     real = driver_marks.deletion_vectors
@@ -371,7 +371,7 @@ def test_large_batch_found_on_the_driver_across_files_and_dense_blocks(db: psyco
     found on the driver: the key columns of several files searched in groups, and blocks
     where more than 4096 rows change stored as bitmaps. Any row marked at a wrong position
     leaves an old version behind or loses a live row."""
-    from pgcdc import driver_marks
+    from pgcdc.engines.fast import driver_marks
 
     searched: list[int] = []
     real = driver_marks.deletion_vectors

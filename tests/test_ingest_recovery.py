@@ -351,7 +351,9 @@ def test_other_writer_committing_during_a_batch_fails_it_then_the_rerun_applies_
     assert syncer.delta("public.t").count() == 20
 
 
-def test_deletion_vectors_turned_off_by_another_tool_is_a_clear_error(db: psycopg.Connection, syncer) -> None:
+def test_deletion_vectors_turned_off_by_another_tool_go_to_the_merge_engine(db: psycopg.Connection, syncer) -> None:
+    """engine auto gives the table to the merge engine, saying why; engine fast refuses it in
+    one line naming the merge engine, and commits nothing."""
     db.execute("create table t (id int primary key, v text)")
     db.execute("insert into t values (1, 'a'), (2, 'b')")
     capture.attach(db, "t")
@@ -360,12 +362,14 @@ def test_deletion_vectors_turned_off_by_another_tool_is_a_clear_error(db: psycop
     syncer.spark.sql(f"alter table delta.`{path}` set tblproperties ('delta.enableDeletionVectors' = 'false')")
     db.execute("update t set v = 'c' where id = 1")
     commits = syncer.commits("public.t")
-    with pytest.raises(TargetError, match="deletion vectors"):
-        syncer.run()
+    with pytest.raises(TargetError, match='engine = "fast" cannot apply .*no deletion vectors.*engine = "merge"'):
+        syncer.run(engine="fast")
     assert syncer.commits("public.t") == commits
-    syncer.spark.sql(f"alter table delta.`{path}` set tblproperties ('delta.enableDeletionVectors' = 'true')")
+    syncer.lines.clear()
     assert syncer.run()["public.t"].events == 1
+    assert "public.t: engine merge: the table has no deletion vectors (delta.enableDeletionVectors)" in syncer.lines
     syncer.assert_equal("public.t")
+    assert syncer.commits("public.t") == commits + 1
 
 
 def test_one_tables_failure_never_holds_the_others_back(db: psycopg.Connection, syncer) -> None:

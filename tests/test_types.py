@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -274,7 +273,7 @@ def test_verify_agrees_with_the_type_table_and_sees_a_value_changed_on_the_way(d
     date_col = f"c{next(i for i, r in enumerate(TYPES) if r.pg == 'date')}"
     double_col = f"c{next(i for i, r in enumerate(TYPES) if r.pg == 'double precision')}"
     infinity_row = next(n for n, (lit, _) in enumerate(TYPES[int(date_col[1:])].values) if lit == "'infinity'")
-    for column, change, row in [(date_col, f"date'9999-12-31'", infinity_row),
+    for column, change, row in [(date_col, "date'9999-12-31'", infinity_row),
                                 (date_col, f"date_add({date_col}, 1)", 0),
                                 (double_col, "0.30000000000000004", 0)]:  # (PostgreSQL holds 0.1)
         syncer.spark.sql(f"update delta.`{syncer.path('public.t')}` set {column} = {change} where id = {row}")

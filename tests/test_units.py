@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pgcdc.apply import target_path
+from pgcdc.target import target_path
 from pgcdc.capture import AttachedTable
 from pgcdc.enrich import Column, batch_partitions, keys_fit_driver
 from pgcdc.events import Batch, Snapshot, _ranges_between_gaps
@@ -84,7 +84,7 @@ def test_driver_file_statistics_count_nulls_and_bound_integer_columns() -> None:
 
     import pyarrow as pa
 
-    from pgcdc.driver_write import stats
+    from pgcdc.engines.fast.driver_write import stats
 
     table = pa.table({"id": pa.array([3, 1, None], pa.int64()), "s": ["a", None, "b"],
                       "l": pa.array([[1], None, [2]], pa.list_(pa.int32())), "n": pa.array([None] * 3, pa.int16())})
@@ -97,7 +97,7 @@ def test_key_index_reads_like_the_parquet_file_and_is_made_again_when_damaged(tm
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pgcdc import key_index
+    from pgcdc.engines.fast import key_index
 
     table_dir = tmp_path / "t"
     table_dir.mkdir()
@@ -147,7 +147,7 @@ def test_driver_search_marks_exactly_the_rows_holding_the_keys(tmp_path: Path, k
     row groups (chunks), in one group of files and in several."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from pgcdc import driver_marks
+    from pgcdc.engines.fast import driver_marks
 
     paths = []
     for i, values in enumerate(stored):

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pgcdc import key_index
+from pgcdc.engines.fast import key_index
 from pgcdc.jvm import cls, none, seq, some
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from pgcdc import key_index
+from pgcdc.engines.fast import key_index
 from pgcdc.jvm import cls
 
 if TYPE_CHECKING:

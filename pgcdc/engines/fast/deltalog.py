@@ -1,5 +1,5 @@
-"""What a batch needs from the Delta log (the consumer's txn version, the file list),
-read from the version's checksum file (`_delta_log/<version>.crc`) when it has them.
+"""What the fast engine's transaction needs from the Delta log (the consumer's txn version,
+the file list), read from the version's checksum (`_delta_log/<version>.crc`) when it has them.
 
 Delta 4.0 writes both into the checksum of every commit it makes (the file list while
 the table has fewer than `spark.databricks.delta.allFilesInCrc.thresholdNumFiles`
@@ -14,27 +14,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from pgcdc.jvm import cls, none, optional, seq
+from pgcdc.jvm import none, optional, seq
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
-
-
-def latest_snapshot(spark: "SparkSession", path: str) -> Any:
-    """The Delta table's newest snapshot (version -1 where there is no table): one listing of
-    the log, no Spark job."""
-    log = cls(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path)
-    return log.update(False, none(spark), none(spark))
-
-
-def table_schema(spark: "SparkSession", path: str) -> "StructType":
-    """The Delta table's columns and types, from its newest snapshot (no read relation planned)."""
-    from pyspark.sql.types import StructType
-
-    return StructType.fromJson(json.loads(latest_snapshot(spark, path).schema().json()))
 
 
 def _checksum_field(snapshot: Any, name: str) -> Any | None:
@@ -53,15 +36,6 @@ def _version_in_checksum(snapshot: Any, app_id: str) -> int | None:
         if mark.appId() == app_id:
             return int(mark.version())
     return -1
-
-
-def committed_version(snapshot: Any, app_id: str) -> int:
-    """The version of `app_id`'s last idempotent write (Delta txn action) in `snapshot`; -1 if none."""
-    version = _version_in_checksum(snapshot, app_id)
-    if version is None:
-        found = optional(snapshot.transactions().get(app_id))
-        return -1 if found is None else int(found)
-    return version
 
 
 def read_committed_version(txn: Any, app_id: str) -> int:
@@ -119,44 +93,3 @@ def stored_rows(spark: "SparkSession", txn: Any, files: list[Any], columns: list
     schema = StructType([f for f in table.fields if f.name in columns])
     paths = [f.absolutePath(txn.deltaLog()).toString() for f in files]
     return spark.read.schema(schema).parquet(*paths)
-
-
-def missing_files(spark: "SparkSession", path: str, limit: int = 3) -> list[str]:
-    """Data files the table's latest snapshot references that are gone from a local folder (a
-    VACUUM by another tool with its retention check off, run while a batch was being written,
-    deletes the batch's new files before it commits them; a person deleting files). The file
-    list comes from the version's checksum file, read as a file (its `allFiles`, Delta protocol:
-    a few ms), else from public API (DataFrame.inputFiles: ~150 ms a table); a table elsewhere is
-    not checked (empty list)."""
-    import os
-
-    from pgcdc.state import local_folder
-
-    folder = local_folder(path)
-    if folder is None:
-        return []
-    files = _checksum_files(folder, int(latest_snapshot(spark, path).version()))
-    if files is None:  # (Hadoop's Path prints the path as it is, not URL-encoded)
-        files = [uri.removeprefix("file:") for uri in spark.read.format("delta").load(path).inputFiles()]
-    gone = []
-    for file in files:
-        if not os.path.exists(file):
-            gone.append(os.path.basename(file))
-            if len(gone) >= limit:
-                break
-    return gone
-
-
-def _checksum_files(folder: "Path", version: int) -> list[str] | None:
-    """The data files of `version` as its checksum file lists them (paths in an AddFile are
-    URL-encoded, relative to the table unless absolute); None if it lists none."""
-    from urllib.parse import unquote, urlparse
-
-    try:
-        listed = json.loads((folder / "_delta_log" / f"{version:020d}.crc").read_text()).get("allFiles")
-    except (OSError, ValueError):
-        return None
-    if not isinstance(listed, list):
-        return None
-    return [unquote(urlparse(f["path"]).path) if ":" in f["path"] else str(folder / unquote(f["path"]))
-            for f in listed]

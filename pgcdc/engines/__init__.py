@@ -1,0 +1,112 @@
+"""Apply engines: how one batch lands in its Delta table, in one commit with the consumer state.
+
+- merge (engines/merge.py): Delta's public `DeltaTable.merge`; runs on any Delta build,
+  writes the change data feed and keeps row ids where the table has them.
+- fast (engines/fast/): deletion vectors over the old rows plus new files, committed
+  through Delta's internal API; faster, and only where it was proven to write what Delta
+  would (engines/fast/__init__.py, `unfit`).
+
+`choose` alone decides which engine applies a table, and says why. Both engines share
+the rest: the whole-table copy (target.overwrite) and the committed state read from the
+table's log as files (tablelog).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from pgcdc import tablelog
+from pgcdc.errors import ConfigError, TargetError
+
+if TYPE_CHECKING:
+    import psycopg
+    from pyspark.sql import SparkSession
+
+    from pgcdc.capture import AttachedTable
+    from pgcdc.enrich import BatchRead, Column
+    from pgcdc.events import Batch
+    from pgcdc.settings import IngestSettings
+    from pgcdc.state import ConsumerState
+    from pgcdc.target import Written
+
+
+@dataclass
+class BatchWork:
+    """One batch to apply: what an engine needs to read its rows and commit them with `state`.
+    `read` plans the batch's JDBC read (and fails if the table's columns changed since the
+    run checked them); `before_commit` runs once every row is read, right before the commit."""
+
+    spark: "SparkSession"
+    path: str
+    table: "AttachedTable"
+    columns: "list[Column]"
+    batch: "Batch"
+    reader: "psycopg.Connection"
+    row_bytes: float
+    settings: "IngestSettings"
+    state: "ConsumerState"
+    read: "Callable[[], BatchRead]"
+    before_commit: Callable[[], None]
+
+
+class Engine(Protocol):
+    name: str
+
+    def apply(self, work: BatchWork) -> "Written":
+        """Apply the batch in one Delta commit carrying `work.state`."""
+
+    def finish(self, path: str) -> None:
+        """After a run's last batch of the table (its own files beside the table)."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    engine: Engine
+    why: str
+
+    def line(self) -> str:
+        return f"engine {self.engine.name}: {self.why}"
+
+
+def delta_version(spark: "SparkSession") -> str:
+    """The version of the Delta Lake the Spark session runs (its JVM side, which on a cluster
+    need not be the Python package's)."""
+    try:
+        return str(spark._jvm.io.delta.package.VERSION())
+    except Exception:  # (a build without the constant: the Python package's version)
+        from importlib.metadata import version
+
+        return version("delta-spark")
+
+
+class Chooser:
+    """Picks the engine for each table of a run (`ingest.engine`), after checking once, at
+    start-up, that the running Delta build allows the configured one."""
+
+    def __init__(self, spark: "SparkSession", wanted: str) -> None:
+        from pgcdc.engines import fast
+
+        self.spark, self.wanted = spark, wanted
+        self.version = delta_version(spark)
+        self.untested = fast.untested(self.version)
+        if wanted == "fast" and self.untested is not None:
+            raise ConfigError(f"ingest.engine = \"fast\" refused: {self.untested}; set ingest.engine = \"merge\" "
+                              "(or \"auto\")")
+
+    def choose(self, path: str) -> Choice:
+        """The engine for the table at `path`, and why."""
+        from pgcdc.engines import fast, merge
+
+        if self.wanted == "merge":
+            return Choice(merge.ENGINE, "as configured (ingest.engine)")
+        unfit = self.untested or fast.unfit(path, tablelog.read_state(self.spark, path, need_txns=False))
+        if self.wanted == "fast":
+            if unfit is not None:
+                raise TargetError(f"ingest.engine = \"fast\" cannot apply {path}: {unfit}; set ingest.engine = "
+                                  "\"merge\" (or \"auto\")")
+            return Choice(fast.ENGINE, "as configured (ingest.engine)")
+        if unfit is not None:
+            return Choice(merge.ENGINE, unfit)
+        return Choice(fast.ENGINE, f"local table, Delta {self.version} (tested), no table feature it leaves to merge")

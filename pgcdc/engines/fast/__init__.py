@@ -1,0 +1,118 @@
+"""The fast engine: a batch as deletion vectors over the old rows of its keys plus new files
+with its current rows, committed through Delta's internal transaction API. Every internal
+Delta or JVM call pgcdc makes lives in this subpackage:
+
+- commit.py: the transaction (file list, deletion vectors, metrics, commit with the state);
+- deltalog.py: what the transaction reads from the Delta log (checksum answers);
+- driver_marks.py, key_index.py: a batch's old rows found on the driver (no Spark job);
+- driver_write.py: a small batch's rows written as one Parquet file by the driver.
+
+It runs only where it was proven to write what Delta itself would (`untested`, `unfit`);
+`pgcdc.engines.Chooser` gives every other table to the merge engine.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pgcdc import enrich
+from pgcdc.jvm import in_background
+from pgcdc.state import local_folder
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from pgcdc.engines import BatchWork
+    from pgcdc.tablelog import LogState
+    from pgcdc.target import Written
+
+# The Delta builds the fast engine's internal calls were tested with (make test).
+TESTED_DELTA = ("4.0.1",)
+# Writer features whose tables it was tested on: the rest (change data feed, row tracking,
+# clustering, type widening, Iceberg compatibility, ...) need actions it does not write.
+HANDLED_FEATURES = {"appendOnly", "invariants", "deletionVectors", "timestampNtz", "v2Checkpoint",
+                    "vacuumProtocolCheck", "inCommitTimestamp", "checkpointProtection", "columnMapping",
+                    "checkConstraints"}
+
+# A large batch's keys are read into the driver on this thread while Spark writes its rows
+# (psycopg and pyarrow only: it never calls the JVM, see jvm.in_background).
+_KEY_READER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgcdc-keys")
+
+
+def untested(version: str) -> str | None:
+    """Why the fast engine may not run on Delta `version`, or None."""
+    if version in TESTED_DELTA:
+        return None
+    return f"Delta {version} is not a version the fast engine was tested with ({', '.join(TESTED_DELTA)})"
+
+
+def unfit(path: str, log: "LogState") -> str | None:
+    """Why the fast engine may not apply the table at `path` (its log state `log`), or None."""
+    config = {k.lower(): str(v).lower() for k, v in log.configuration.items()}
+    features = set(log.protocol.get("writerFeatures") or [])
+    if local_folder(path) is None:
+        return "the table is not on the local file system"
+    if config.get("delta.enablechangedatafeed") == "true":
+        return "the table has the change data feed on (delta.enableChangeDataFeed)"
+    if config.get("delta.enablerowtracking") == "true" or "rowTracking" in features:
+        return "the table has row tracking (delta.enableRowTracking)"
+    if config.get("delta.enabledeletionvectors") != "true":
+        return "the table has no deletion vectors (delta.enableDeletionVectors)"
+    if config.get("delta.columnmapping.mode", "none") not in ("none", "name"):
+        return f"the table's column mapping mode is {config['delta.columnmapping.mode']}"
+    if extra := sorted(features - HANDLED_FEATURES):
+        return f"the table has table features the fast engine does not handle ({', '.join(extra)})"
+    return None
+
+
+class FastEngine:
+    """Applies a batch as deletion vectors plus new files (commit.merge). The keys of a batch
+    of up to `driver_keys` keys are read into the driver, which finds their old rows; a small
+    batch's rows too (if they fit in memory by the table's average row size), which the
+    driver then writes itself; the rest is left to Spark."""
+
+    name = "fast"
+
+    def apply(self, work: "BatchWork") -> "Written":
+        from pgcdc.engines.fast import commit, driver_write
+
+        s, t, columns, batch, reader = work.settings, work.table, work.columns, work.batch, work.reader
+        on_driver = batch.keys <= s.driver_keys and enrich.keys_fit_driver(t, columns) \
+            and local_folder(work.path) is not None
+        keys: Callable[[], pa.Array] | None = None
+        rows: Future[list[tuple[object, ...]] | None] | None = None
+        key_read: Future[pa.Array] | None = None
+        if on_driver and batch.keys <= s.small_batch_keys and batch.keys * work.row_bytes <= enrich.DRIVER_ROWS_BYTES:
+            fetched = enrich.fetch_keys(reader, t, columns, batch)
+            keys = lambda: fetched  # noqa: E731
+            # PostgreSQL looks the rows up while Spark resolves the batch's JDBC schema and
+            # the driver finds the old rows; the rows are needed last, to be written
+            rows = in_background(lambda: enrich.fetch_rows(reader, t, columns, fetched))
+        elif on_driver:  # the keys are read while Spark starts writing the rows
+            key_read = _KEY_READER.submit(enrich.fetch_keys, reader, t, columns, batch)
+            keys = key_read.result
+        # the lowest and highest key (of an integer key) let the files outside them be
+        # skipped; the driver takes them from the keys it reads
+        bounds = enrich.key_bounds(reader, t, batch) if keys is None else None
+        try:
+            read = work.read()
+            fetched_rows = rows
+            local_rows = (lambda: driver_write.arrow_rows(fetched_rows.result(), read.schema)) \
+                if fetched_rows is not None else None
+            return commit.merge(work.spark, work.path, read, work.state, work.before_commit, bounds, keys, local_rows)
+        finally:
+            # the reader connection is free again before anything else uses it
+            wait([f for f in (rows, key_read) if f is not None])
+
+    def finish(self, path: str) -> None:
+        """Drop the key indexes of data files VACUUM deleted."""
+        from pgcdc.engines.fast import key_index
+
+        folder = local_folder(path)
+        if folder is not None:
+            key_index.prune(str(folder))
+
+
+ENGINE = FastEngine()

@@ -1,0 +1,232 @@
+"""A Delta table's log read as files, as Delta's protocol documents it (PROTOCOL.md): the
+newest version, its metadata and protocol, and the consumers' `txn` versions.
+
+Both engines read a table's state through here, so neither needs Delta's internal
+classes for it. The newest version's checksum file (`<version>.crc`, "Version Checksum
+File") answers in a few milliseconds: its `metadata` and `protocol` are required fields,
+its `setTransactions` (and `allFiles`) optional ones that delta-spark 4 writes. Where a
+field is missing, the log is replayed: the newest complete checkpoint (read with Spark's
+Parquet reader, or as JSON for a V2 checkpoint in JSON) and the commit files after it.
+Local tables are read with Python's file functions, others through Hadoop's FileSystem.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
+
+from pgcdc.errors import TargetError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+_COMMIT = re.compile(r"(\d{20})\.json")
+_CHECKPOINT = re.compile(r"(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?(?:\.[^.]+)?\.(parquet|json)")
+
+
+@dataclass
+class LogState:
+    """What pgcdc reads of a table's newest version (-1: no table)."""
+
+    version: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+    protocol: dict[str, Any] = field(default_factory=dict)
+    txns: dict[str, int] | None = None  # appId -> version; None if not read (replay_txns reads them)
+    all_files: list[str] | None = None  # data file paths as the checksum lists them, if it does
+
+    @property
+    def configuration(self) -> dict[str, str]:
+        return dict(self.metadata.get("configuration") or {})
+
+    def schema(self) -> "StructType":
+        from pyspark.sql.types import StructType
+
+        return StructType.fromJson(json.loads(self.metadata["schemaString"]))
+
+
+def _local(path: str) -> str | None:
+    from pgcdc.state import local_folder
+
+    folder = local_folder(path)
+    return None if folder is None else str(folder)
+
+
+def _hadoop(spark: "SparkSession", path: str) -> tuple[Any, Any]:
+    from pgcdc.jvm import cls
+
+    p = cls(spark, "org.apache.hadoop.fs.Path")(path)
+    return p, p.getFileSystem(spark._jsc.hadoopConfiguration())
+
+
+def _names(spark: "SparkSession", log: str) -> list[str]:
+    """The file names in the log folder (none if it does not exist)."""
+    local = _local(log)
+    if local is not None:
+        try:
+            return os.listdir(local)
+        except FileNotFoundError:
+            return []
+    p, fs = _hadoop(spark, log)
+    if not fs.exists(p):
+        return []
+    return [s.getPath().getName() for s in fs.listStatus(p)]
+
+
+def _read(spark: "SparkSession", file: str) -> str | None:
+    """A log file's text; None if it does not exist."""
+    local = _local(file)
+    if local is not None:
+        try:
+            with open(local, encoding="utf-8") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+    from py4j.protocol import Py4JJavaError
+
+    from pgcdc.jvm import cls
+
+    p, fs = _hadoop(spark, file)
+    try:
+        stream = fs.open(p)
+    except Py4JJavaError as exc:
+        if "FileNotFoundException" in str(exc.java_exception.getClass().getName()):
+            return None
+        raise
+    try:
+        return str(cls(spark, "org.apache.commons.io.IOUtils").toString(stream, "UTF-8"))
+    finally:
+        stream.close()
+
+
+def _log(path: str) -> str:
+    return f"{path.rstrip('/')}/_delta_log"
+
+
+def latest_version(spark: "SparkSession", path: str) -> int:
+    """The table's newest committed version; -1 where there is no table."""
+    versions = [int(m.group(1)) for n in _names(spark, _log(path)) if (m := _COMMIT.fullmatch(n))]
+    return max(versions, default=-1)
+
+
+def read_state(spark: "SparkSession", path: str, need_txns: bool = True) -> LogState:
+    """The newest version's metadata and protocol (and `txn` versions if `need_txns`): from its
+    checksum file where it has them, else by replaying the log."""
+    names = _names(spark, _log(path))
+    version = max((int(m.group(1)) for n in names if (m := _COMMIT.fullmatch(n))), default=-1)
+    if version < 0:
+        return LogState(-1)
+    text = _read(spark, f"{_log(path)}/{version:020d}.crc")
+    try:
+        crc = json.loads(text) if text else None
+    except ValueError:
+        crc = None
+    if isinstance(crc, dict) and crc.get("metadata") and crc.get("protocol") \
+            and (not need_txns or isinstance(crc.get("setTransactions"), list)):
+        txns = {t["appId"]: int(t["version"]) for t in crc.get("setTransactions") or []}
+        files = crc.get("allFiles")
+        return LogState(version, crc["metadata"], crc["protocol"], txns if need_txns else None,
+                        [f["path"] for f in files] if isinstance(files, list) else None)
+    return _replay(spark, path, names, version)
+
+
+def _replay(spark: "SparkSession", path: str, names: list[str], version: int) -> LogState:
+    """The newest version's state from the newest complete checkpoint and the commits after it."""
+    state = LogState(version, txns={})
+    start = 0
+    for cp_version, files in _checkpoints(names, version):
+        actions = _checkpoint_actions(spark, [f"{_log(path)}/{f}" for f in files])
+        if actions is not None:
+            for action in actions:
+                _take(state, action)
+            start = cp_version + 1
+            break
+    for v in range(start, version + 1):
+        text = _read(spark, f"{_log(path)}/{v:020d}.json")
+        if text is None:
+            raise TargetError(f"the Delta log of {path} lacks commit {v} and has no checkpoint after it; the "
+                              "table cannot be read (was its _delta_log edited?)")
+        for line in text.splitlines():
+            if line.strip():
+                _take(state, json.loads(line))
+    return state
+
+
+def _take(state: LogState, action: dict[str, Any]) -> None:
+    if action.get("txn"):
+        assert state.txns is not None
+        state.txns[action["txn"]["appId"]] = int(action["txn"]["version"])
+    if action.get("metaData"):
+        state.metadata = action["metaData"]
+    if action.get("protocol"):
+        state.protocol = action["protocol"]
+
+
+def _checkpoints(names: list[str], version: int) -> list[tuple[int, list[str]]]:
+    """Complete checkpoints at or below `version`, newest first, with their files."""
+    found: dict[tuple[int, str], list[str]] = {}
+    parts: dict[tuple[int, str], int] = {}
+    for name in names:
+        m = _CHECKPOINT.fullmatch(name)
+        if m and int(m.group(1)) <= version:
+            kind = "multi" if m.group(2) else name  # a classic or V2 checkpoint is one file of its own
+            found.setdefault((int(m.group(1)), kind), []).append(name)
+            parts[(int(m.group(1)), kind)] = int(m.group(3) or 1)
+    complete = [(v, sorted(files)) for (v, kind), files in found.items() if len(files) == parts[(v, kind)]]
+    return sorted(complete, key=lambda c: -c[0])
+
+
+def _checkpoint_actions(spark: "SparkSession", files: list[str]) -> list[dict[str, Any]] | None:
+    """The txn, metaData and protocol actions of a checkpoint (a V2 checkpoint's sidecars hold
+    only file actions); None if it cannot be read."""
+    if all(f.endswith(".json") for f in files):
+        actions = []
+        for f in files:
+            text = _read(spark, f)
+            if text is None:
+                return None
+            actions += [json.loads(line) for line in text.splitlines() if line.strip()]
+        return actions
+    from pyspark.sql import functions as F
+
+    try:
+        frame = spark.read.parquet(*files)
+        wanted = [c for c in ("txn", "metaData", "protocol") if c in frame.columns]
+        rows = frame.where(" or ".join(f"{c} is not null" for c in wanted)).select(
+            *[F.to_json(F.col(c)).alias(c) for c in wanted]).collect()
+    except Exception:  # (a checkpoint being written, or damaged: the commits serve)
+        return None
+    return [{c: json.loads(r[c]) for c in wanted if r[c] is not None} for r in rows]
+
+
+def txn_version(spark: "SparkSession", path: str, app_id: str) -> int:
+    """The version of `app_id`'s last idempotent write (Delta `txn` action); -1 if none."""
+    txns = read_state(spark, path).txns or {}
+    return txns.get(app_id, -1)
+
+
+def missing_files(spark: "SparkSession", path: str, limit: int = 3) -> list[str]:
+    """Data files the table's newest version references that are gone from a local folder (a
+    VACUUM by another tool with its retention check off, run while a batch was being written,
+    deletes the batch's new files before it commits them; a person deleting files). The file
+    list comes from the checksum file (its `allFiles`), else from public API
+    (DataFrame.inputFiles: ~150 ms a table); a table elsewhere is not checked (empty list)."""
+    folder = _local(path)
+    if folder is None:
+        return []
+    listed = read_state(spark, path, need_txns=False).all_files
+    if listed is not None:  # paths in an AddFile are URL-encoded, relative to the table unless absolute
+        files = [unquote(urlparse(f).path) if ":" in f else os.path.join(folder, unquote(f)) for f in listed]
+    else:  # (Hadoop's Path prints the path as it is, not URL-encoded)
+        files = [uri.removeprefix("file:") for uri in spark.read.format("delta").load(path).inputFiles()]
+    gone = []
+    for file in files:
+        if not os.path.exists(file):
+            gone.append(os.path.basename(file))
+            if len(gone) >= limit:
+                break
+    return gone

@@ -1,0 +1,242 @@
+"""Target: where a table's Delta table lies, how it is created and checked, and the whole-table
+copy (first sync, resync) that both engines share, through public API only.
+
+A batch is applied by an engine (pgcdc/engines); a copy overwrites the table in one commit
+that carries the consumer state (Delta's txn action + commitInfo.userMetadata, set
+through the session confs of `state_commit`).
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pgcdc import tablelog
+from pgcdc.errors import TargetError
+from pgcdc.jvm import cls
+from pgcdc.state import FOLDER, ConsumerState, app_id
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from pgcdc.settings import TargetSettings
+
+OWNER = "pgcdc.consumer"
+SOURCE = "pgcdc.source"
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+# Delta writes a checkpoint every this many commits (its default: 10). A checkpoint costs
+# a state reconstruction and a Parquet write (~2.5 s on a small table, 2 cores), whatever
+# the batch; frequent small batches pay it ten times less often, and a reader that starts
+# cold replays up to 99 small commit files instead of 9.
+CHECKPOINT_INTERVAL = "100"
+
+
+@dataclass(frozen=True)
+class Written:
+    """What one Delta commit changed."""
+
+    version: int
+    upserted: int
+    deleted: int
+
+
+def check_target_root(root: str) -> str:
+    """Check that a local target root can hold Delta tables (it is made if missing); return
+    what was checked. TargetError if not. A remote root (s3a://, ...) is checked by Spark."""
+    import tempfile
+
+    from pgcdc.state import local_folder
+
+    folder = local_folder(root)
+    if folder is None:
+        return f"{root} (remote: checked when Spark first writes)"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".pgcdc-check-"):
+            pass
+    except OSError as exc:
+        raise TargetError(f"target.root {root} is not writable ({exc.strerror}); make it writable for this user "
+                          "or point target.root elsewhere") from None
+    return f"{folder.resolve()} (writable)"
+
+
+def target_path(root: str, table: str) -> str:
+    """Where a table lands: <root>/<schema>.<table>, names as in PostgreSQL (unquoted);
+    a relative local root is taken from the current directory."""
+    schema, name = _split(table)
+    folder = f"{schema}.{name}".replace("/", "%2F")
+    return f"{target_root(root)}/{folder}"
+
+
+def target_root(root: str) -> str:
+    """The folder or URI every table's Delta table lies under (a relative local root resolved)."""
+    from pathlib import Path
+
+    return (root if "://" in root else str(Path(root).resolve())).rstrip("/")
+
+
+def _split(table: str) -> tuple[str, str]:
+    """Split a canonical 'schema.table' name (either part may be "quoted") into raw names."""
+    parts = re.findall(r'"((?:[^"]|"")*)"|([^."]+)', table)
+    names = [q.replace('""', '"') if q else p for q, p in parts]
+    if len(names) != 2:
+        raise ValueError(f"not a schema-qualified table name: {table}")
+    return names[0], names[1]
+
+
+def _col(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+@contextmanager
+def state_commit(spark: "SparkSession", state: ConsumerState) -> Iterator[None]:
+    """Session confs that put the state into the next Delta commit; always unset after."""
+    confs = {"spark.databricks.delta.write.txnAppId": app_id(state.consumer),
+             "spark.databricks.delta.write.txnVersion": str(state.batch),
+             USER_METADATA: state.to_json()}
+    for key, value in confs.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in confs:
+            spark.conf.unset(key)
+
+
+def is_delta(spark: "SparkSession", path: str) -> bool:
+    """True if `path` holds a Delta table (a committed version in its log)."""
+    return tablelog.latest_version(spark, path) >= 0
+
+
+def properties(target: "TargetSettings") -> dict[str, str]:
+    """The Delta table properties `target` asks for (docs/configuration.md, [target])."""
+    props = {"delta.enableDeletionVectors": str(target.deletion_vectors).lower()}
+    if target.change_data_feed:
+        props["delta.enableChangeDataFeed"] = "true"
+    if target.row_tracking:
+        props["delta.enableRowTracking"] = "true"
+    return props
+
+
+def create_table(spark: "SparkSession", path: str, schema: "StructType", consumer: str, table: str,
+                 target: "TargetSettings") -> None:
+    """Create the empty Delta table, marked with its consumer and source table, with the
+    properties the [target] settings ask for.
+
+    Refuses a path that already holds files but no Delta log: they are somebody's data.
+    """
+    from delta.tables import DeltaTable
+
+    folder = cls(spark, "org.apache.hadoop.fs.Path")(path)
+    fs = folder.getFileSystem(spark._jsc.hadoopConfiguration())
+    foreign = _foreign_file(fs, folder)
+    if foreign is not None:
+        raise TargetError(f"{path} holds files but is not a Delta table (e.g. {foreign}); move them away or choose "
+                          "another target.root (pgcdc creates its tables in empty places only)")
+    log = cls(spark, "org.apache.hadoop.fs.Path")(folder, "_delta_log")
+    if fs.exists(log):  # an unfinished create's leftovers, which Delta's create trips over
+        fs.delete(log, True)
+
+    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
+    mapping = _COLUMN_MAPPING if needs_column_mapping(schema) else {}
+    for key, value in {OWNER: consumer, SOURCE: table, "delta.checkpointInterval": CHECKPOINT_INTERVAL,
+                       **properties(target), **mapping}.items():
+        builder = builder.property(key, value)
+    builder.execute()
+
+
+def _foreign_file(fs: Any, folder: Any) -> str | None:
+    """A file under `folder` (a Hadoop Path on file system `fs`) that is not a leftover of an
+    unfinished create, or None.
+
+    A create killed before its first commit leaves Delta's log folders (`_delta_log`,
+    `_delta_log/_staged_commits`) and maybe the commit's hidden temporary file; pgcdc's own
+    folder may hold state. Anything else is somebody's data."""
+    if not fs.exists(folder):
+        return None
+    files = fs.listFiles(folder, True)
+    root = fs.makeQualified(folder).toString().rstrip("/") + "/"
+    while files.hasNext():
+        relative = files.next().getPath().toString()[len(root):]
+        if not (relative.startswith(FOLDER + "/") or re.fullmatch(r"_delta_log/(_staged_commits/)?\.[^/]*", relative)):
+            return relative
+    return None
+
+
+def check_owner(spark: "SparkSession", path: str, consumer: str, table: str | None) -> None:
+    """Refuse a Delta table that another consumer, another source table, or nobody from pgcdc owns.
+    `table` None: the consumer's state records this place for the table (its name may have changed
+    since the Delta table was created)."""
+    props = tablelog.read_state(spark, path, need_txns=False).configuration
+    owner, source = props.get(OWNER), props.get(SOURCE)
+    if owner is None:
+        raise TargetError(f"Delta table {path} was not created by pgcdc; choose another target.root "
+                          "or move that table away")
+    if owner != consumer or (table is not None and source != table):
+        raise TargetError(f"Delta table {path} belongs to consumer {owner} (source {source}), not to consumer "
+                          f"{consumer} (source {table}); set another consumer name or target.root")
+
+
+# Characters Delta accepts in column names only with column mapping
+_NEEDS_MAPPING = re.compile(r"[ ,;{}()\n\t=]")
+
+
+def needs_column_mapping(schema: "StructType") -> bool:
+    """True if a column name holds a character Delta accepts only with column mapping
+    (DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES). Only such tables get it: with it, the
+    Parquet files name the columns otherwise, so batches cannot take the driver's paths."""
+    return any(_NEEDS_MAPPING.search(f.name) for f in schema.fields)
+
+
+_COLUMN_MAPPING = {"delta.columnMapping.mode": "name"}
+
+
+def schema_change(target: "StructType", source: "StructType") -> str | None:
+    """How the source's columns (as the sync reads them) differ from the Delta table's, or None.
+
+    Applying batches across such a change would leave rows wrong: an added column null where
+    PostgreSQL filled its default in, a dropped or retyped one stale. The table is copied
+    instead (or its sync stops, see the `on_schema_change` setting)."""
+    have = {f.name: f.dataType for f in target.fields}
+    want = {f.name: f.dataType for f in source.fields}
+    parts = []
+    if added := [n for n in want if n not in have]:
+        parts.append(f"added {', '.join(added)}")
+    if dropped := [n for n in have if n not in want]:
+        parts.append(f"dropped {', '.join(dropped)}")
+    if retyped := [f"{n} {have[n].simpleString()} -> {want[n].simpleString()}" for n in have
+                   if n in want and want[n] != have[n]]:
+        parts.append(f"retyped {', '.join(retyped)}")
+    return "; ".join(parts) or None
+
+
+def last_commit(spark: "SparkSession", path: str, state: ConsumerState) -> Written:
+    """Find the commit that carries `state` and read its row counts; fail if the write was skipped."""
+    from delta.tables import DeltaTable
+
+    for row in DeltaTable.forPath(spark, path).history(20).collect():
+        meta = ConsumerState.from_json(row.userMetadata) if row.userMetadata else None
+        if meta and meta.run_id == state.run_id:
+            m = row.operationMetrics or {}
+            upserted = int(m.get("numTargetRowsInserted", m.get("numOutputRows", 0))) + \
+                int(m.get("numTargetRowsUpdated", 0))
+            deleted = int(m.get("numTargetRowsDeleted", 0))
+            return Written(int(row.version), upserted, deleted)
+    raise TargetError(f"batch {state.batch} of consumer {state.consumer} was not committed to {path}: another "
+                      "writer already committed that batch number; is a second ingest running elsewhere?")
+
+
+def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState) -> Written:
+    """Replace the table's contents (first sync or resync) in one commit carrying the state;
+    a column renamed to a name that needs column mapping turns it on first."""
+    config = tablelog.read_state(spark, path, need_txns=False).configuration
+    if needs_column_mapping(rows.schema) and config.get("delta.columnMapping.mode", "none") == "none":
+        props = ", ".join(f"'{k}' = '{v}'" for k, v in _COLUMN_MAPPING.items())
+        spark.sql(f"alter table delta.{_col(path)} set tblproperties ({props})")
+    with state_commit(spark, state):  # overwriteSchema: a resync takes the source's current columns
+        rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+    return last_commit(spark, path, state)
