@@ -3,7 +3,8 @@
     python -m bench.capture [--seconds 20] [--rounds 3] [--scale 10] [--clients 4]
 
 On one throwaway PostgreSQL (durable commits unless --no-fsync) it alternates three
-modes (rotating their order each round, vacuum + checkpoint before each measurement): no capture, pgcdc capture attached to the three tables pgbench TPC-B updates,
+modes (rotating their order each round, vacuum + checkpoint before each measurement): no capture,
+pgcdc capture attached to the three tables pgbench TPC-B updates,
 and a plain row-level trigger writing one queue row per changed row (the reference
 point to beat). It reports pgbench TPS and the time of one 200k-row UPDATE per mode,
 as medians over the rounds and as ratios to "none".

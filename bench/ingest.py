@@ -53,7 +53,8 @@ def main() -> None:
     small_every = max(1, args.rows // args.small)
 
     work = Path(tempfile.mkdtemp(prefix="pgcdc-bench-ingest-"))
-    pg = LocalPostgres(Path(tempfile.mkdtemp(prefix="pgcdc-bench-pg-")), settings={"shared_buffers": "1GB", "max_wal_size": "8GB"})
+    pg = LocalPostgres(Path(tempfile.mkdtemp(prefix="pgcdc-bench-pg-")),
+                       settings={"shared_buffers": "1GB", "max_wal_size": "8GB"})
     pg.start()
     try:
         with psycopg.connect(pg.dsn(), autocommit=True) as conn:

@@ -211,7 +211,7 @@ def cmd_reset_watermark(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     """Compare Delta tables with PostgreSQL; exit 1 if any differs."""
     from pgcdc.db import connect
-    from pgcdc.ingest import select_tables
+    from pgcdc.runs import select_tables
     from pgcdc.spark import get_session
     from pgcdc.verify import verify
 
@@ -344,11 +344,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # Spark/Py4J/driver failures: one line, the traceback on request
         if os.environ.get("PGCDC_DEBUG"):
             raise
-        from pgcdc.ingest import _first_line
+        from pgcdc.runs import first_line
 
         # (nothing half-applied stays: a batch lands in one Delta commit or not at all; whether a
         # re-run gets further depends on the cause, which `pgcdc status` keeps too)
-        print(f"pgcdc: error: {_first_line(exc)}; no batch was half-applied; fix the cause and run it again "
+        print(f"pgcdc: error: {first_line(exc)}; no batch was half-applied; fix the cause and run it again "
               "(`pgcdc status` names the failed tables); set PGCDC_DEBUG=1 for the full traceback", file=sys.stderr)
         return 1
 

@@ -89,7 +89,7 @@ def drop(conn: psycopg.Connection, name: str) -> int:
 
 def retention(conn: psycopg.Connection) -> tuple[str | None, str | None]:
     """(max age, max size) of the unapplied queue a consumer may leave behind; None: no limit."""
-    values = dict(conn.execute("select key, value from pgcdc.meta "
+    values: dict[str, str] = dict(conn.execute("select key, value from pgcdc.meta "
                                "where key in ('retention_max_age', 'retention_max_bytes')").fetchall())
     return values.get("retention_max_age"), values.get("retention_max_bytes")
 

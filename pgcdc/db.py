@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 from pydantic import SecretStr
 
@@ -43,7 +45,7 @@ def connect(dsn: SecretStr | str, *, role: str = "source.dsn", autocommit: bool 
     `reader`: a session that reads table rows, with READER_SETTINGS."""
     raw = dsn.get_secret_value() if isinstance(dsn, SecretStr) else dsn
     try:
-        extra = {}
+        extra: dict[str, Any] = {}
         if reader:
             from psycopg.conninfo import conninfo_to_dict
 

@@ -117,7 +117,8 @@ class Column:
             return f"case when {fits} then {number} end"
         if form == "decimal":
             if key:
-                return f"case when ({expr}) = 'NaN' then {refuse('a key must land exactly; Delta decimals hold no NaN', 'numeric')} else {expr} end"
+                nan = refuse('a key must land exactly; Delta decimals hold no NaN', 'numeric')
+                return f"case when ({expr}) = 'NaN' then {nan} else {expr} end"
             return f"nullif({expr}, 'NaN')"
         if form == "decimal38":
             why = (f"an unconstrained numeric lands as {UNCONSTRAINED_NUMERIC}, which holds at most 20 digits before "
@@ -445,9 +446,8 @@ def read_table(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, co
     snapshot every row is read exactly once. The last range is open-ended.
     """
     step = max(1, -(-max(relpages, 1) // partitions))
-    bounds: list[int | None] = [p * step for p in range(partitions)]
-    return _read(spark, jdbc, t, columns, [copy_query(t, columns, lo, hi)
-                                           for lo, hi in zip(bounds, bounds[1:] + [None])], snapshot)
+    return _read(spark, jdbc, t, columns, [copy_query(t, columns, p * step, (p + 1) * step if p + 1 < partitions else None)
+                                           for p in range(partitions)], snapshot)
 
 
 def schema_of(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column]) -> "StructType":

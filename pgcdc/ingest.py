@@ -2,12 +2,13 @@
 
 One run takes every configured table up to the txmin it saw when it started (plus,
 in out-of-order mode, the committed transactions above it) and exits. Runs of the
-same consumer exclude each other through an advisory lock on the primary.
+same consumer exclude each other through a lease on the primary. What a table needs
+(copy, apply, pass) is decided in pgcdc/tableplan.py, which engine applies a batch in
+pgcdc/engines; the bookkeeping around a run is in pgcdc/runs.py.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -20,15 +21,15 @@ from pgcdc import access, capture, consumers, enrich, events, faults, tablelog, 
 from pgcdc.capture import AttachedTable
 from pgcdc.db import connect, jdbc_options
 from pgcdc.engines import BatchWork, Chooser, Engine
-from pgcdc.errors import TableError, TargetError
+from pgcdc.errors import TargetError
+from pgcdc.runs import check_state, first_line, pending, preflight, record_run, select_tables
 from pgcdc.settings import Settings
-from pgcdc.state import (ConsumerState, committed_batch, committing_batch, load_state,
-                         mark_committing, mirror_state, read_state_file, register_table, resync_reason,
-                         table_path, write_state_file)
+from pgcdc.state import (ConsumerState, committed_batch, load_state, mark_committing, mirror_state, read_state_file,
+                         register_table, table_path, write_state_file)
+from pgcdc.tableplan import columns_changed, copy_reason, next_step
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.types import StructType
 
 
 class _Behind(Exception):
@@ -58,21 +59,6 @@ class TableReport:
         return (f"{self.table}: {what}{self.events} events in {self.batches} batches, {self.upserted} upserted, "
                 f"{self.deleted} deleted; watermark {self.watermark}; {self.pending_events} events pending "
                 f"-> {self.path}")
-
-
-def select_tables(conn: psycopg.Connection, names: list[str]) -> list[AttachedTable]:
-    """The attached tables to sync: the configured ones (all must be attached), else all."""
-    attached = capture.list_attached(conn)
-    if not names:
-        return attached
-    by_name = {t.name: t for t in attached}
-    chosen = []
-    for name in names:
-        canonical = capture.resolve_table(conn, name)
-        if canonical not in by_name:
-            raise TableError(f"table {canonical} is listed in `tables` but not attached; run `pgcdc attach {canonical}`")
-        chosen.append(by_name[canonical])
-    return chosen
 
 
 class Job:
@@ -119,16 +105,16 @@ class Job:
                     try:
                         reports.append(self.sync_table(primary, reader, jdbc, identity, t))
                     except Exception as exc:  # one table's problem never holds the others back
-                        self.say(f"{t.name}: FAILED: {_first_line(exc)}")
+                        self.say(f"{t.name}: FAILED: {first_line(exc)}")
                         failed.append((t.name, exc))
                 for action, part in capture.maintain(primary):
                     self.say(f"queue: {action} {part}")
             except BaseException as exc:
                 with suppress(psycopg.Error):  # (the connection may be what failed)
-                    record_run(primary, self.settings.consumer, error=_first_line(exc))
+                    record_run(primary, self.settings.consumer, error=first_line(exc))
                 raise
             if failed:
-                summary = "; ".join(f"{name}: {_first_line(exc)}" for name, exc in failed)
+                summary = "; ".join(f"{name}: {first_line(exc)}" for name, exc in failed)
                 record_run(primary, self.settings.consumer, error=f"{len(failed)} of {len(tables)} table(s) failed: "
                                                                    f"{summary}")
                 raise failed[0][1]  # (every failed table was named above and is in `pgcdc status`)
@@ -153,7 +139,7 @@ class Job:
                               f"`pgcdc resync {t.name}` to write it again")
         choice = self.chooser.choose(path)
         self.say(f"{t.name}: {choice.line()}")
-        why = self.copy_reason(primary, t, path, source)
+        why = copy_reason(primary, self.spark, s, t, path, source)
         if why is not None:
             self.say(f"{t.name}: {why}: copying the table again")
             self.copy_table(primary, reader, jdbc, identity, t, columns, path, report,
@@ -165,12 +151,12 @@ class Job:
                 # Fast path for an idle table: the state file may only lag Delta after a crash
                 # between the commit and the file write, and then the lagging state still sees
                 # the committed batch's events as pending, so it is never idle.
-                self.check_state(primary, quick, identity, t, path)
+                check_state(primary, quick, identity, t, path)
                 return self.finish(primary, reader, self.moved(path, quick, batch), path, report, choice.engine)
         state = load_state(self.spark, path, s.consumer)
         if state is None:
             state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, 0)
-        self.check_state(primary, state, identity, t, path)
+        check_state(primary, state, identity, t, path)
 
         start: events.Snapshot | None = None
         while True:
@@ -181,23 +167,16 @@ class Job:
                 rows, table_bytes = reader.execute("select reltuples, pg_table_size(oid) from pg_class "
                                                    "where oid = %s::regclass", (t.name,)).fetchone()
             start = start or snap
-            if batch is None:
+            assert start is not None
+            step = next_step(batch, rows, s.ingest.recopy_fraction)
+            if batch is None or step.kind == "stop":
                 break
-            recopy = batch.events and 0 < s.ingest.recopy_fraction and rows > 0 and \
-                batch.keys >= s.ingest.recopy_fraction * rows
-            if batch.events and (batch.truncate or recopy):
-                # A TRUNCATE has no keys, and txid order is not commit order: a transaction
-                # with a lower txid may have written the table after the TRUNCATE committed.
-                # Only a copy in one snapshot is right whatever the order. A batch changing
-                # much of the table is also copied: that is faster and leaves it compact.
-                # The copy's snapshot covers every event below its txmin, this batch included.
-                why = "a TRUNCATE" if batch.truncate else \
-                    f"{batch.keys} keys, >= {s.ingest.recopy_fraction:.0%} of ~{rows:.0f} rows"
-                self.say(f"{t.name}: batch holds {why}: copying the table instead of applying the batch")
+            if step.kind == "copy":
+                self.say(f"{t.name}: batch holds {step.why}: copying the table instead of applying the batch")
                 state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, state.batch)
                 report.events += batch.events
                 report.batches += 1
-            elif batch.events == 0:
+            elif step.kind == "pass":
                 # nothing of this table below the new watermark: no Delta commit; the mirror
                 # (written below) may move ahead: the events retention then drops are not this table's
                 state = self.moved(path, state, batch)
@@ -213,30 +192,9 @@ class Job:
                     state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, state.batch)
                     report.events += batch.events
                     report.batches += 1
-            if batch.caught_up or batch.next_txid >= self.horizon(start):
+            if batch.next_txid is None or batch.next_txid >= self.horizon(start):  # (None: caught up)
                 break
         return self.finish(primary, reader, state, path, report, choice.engine)
-
-    def copy_reason(self, primary: psycopg.Connection, t: AttachedTable, path: str,
-                    source: "StructType") -> str | None:
-        """Why the table must be copied before batches apply to it again, or None: the consumer
-        fell past the retention limit (the queue no longer keeps what it missed, see
-        consumers.py), or the table's columns (`source`, as the sync reads them) changed."""
-        reason = resync_reason(primary, self.settings.consumer, t.table_id)
-        if reason is not None:
-            return f"consumer {self.settings.consumer} fell past the retention limit ({reason})"
-        changed = self.columns_changed(t, path, source)
-        return None if changed is None else f"its columns changed ({changed})"
-
-    def columns_changed(self, t: AttachedTable, path: str, source: "StructType") -> str | None:
-        """How the table's columns differ from its Delta table's, or None; with
-        `on_schema_change = "fail"` a difference stops the table's sync instead."""
-        changed = target.schema_change(tablelog.read_state(self.spark, path, need_txns=False).schema(), source)
-        if changed is not None and self.settings.ingest.on_schema_change == "fail":
-            raise TargetError(f"the columns of {t.name} changed ({changed}) since {path} was written; run "
-                              f"`pgcdc resync {t.name}` to copy the table again (or set ingest.on_schema_change "
-                              f"= \"copy\" to have runs do it)")
-        return changed
 
     def finish(self, primary: psycopg.Connection, reader: psycopg.Connection, state: ConsumerState, path: str,
                report: TableReport, engine: Engine | None = None) -> TableReport:
@@ -246,7 +204,7 @@ class Job:
         if engine is not None:
             engine.finish(path)
         report.watermark = state.watermark
-        report.pending_events = self.pending(reader, state)
+        report.pending_events = pending(reader, state)
         self.say(report.line())
         return report
 
@@ -370,7 +328,7 @@ class Job:
 
         def read() -> enrich.BatchRead:
             rows = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions, snap.replayed)
-            changed = self.columns_changed(t, path, rows.schema)
+            changed = columns_changed(self.spark, self.settings, t, path, rows.schema)
             if changed is not None:
                 raise ColumnsChanged(changed)
             faults.failpoint("before-merge")
@@ -393,87 +351,11 @@ class Job:
         faults.failpoint("after-state-file")
         mirror_state(primary, state, path, copied)
 
-    def check_state(self, primary: psycopg.Connection, state: ConsumerState, identity: str, t: AttachedTable,
-                    path: str) -> None:
-        """Refuse a state that does not belong to this database as it is now (see docs/operations.md)."""
-        # states written before identities included the database hold the system identifier alone
-        current = identity if "/" in state.system_id else identity.split("/")[0]
-        if state.system_id != current:
-            raise TargetError(f"{path} was synced from another database (identity {state.system_id}, now "
-                              f"{current}): after a restore txids restart, so its watermark means nothing here: "
-                              f"run `pgcdc reset-watermark` (or `pgcdc resync {t.name}`)")
-        regressed = ("it was restored from an earlier backup (or failed over to a standby that was behind), and "
-                     "changes Delta holds may be gone from it; run `pgcdc reset-watermark` to copy the tables again "
-                     "from the database as it is now")
-        # the next txid the primary hands out: a watermark above it means the database went back in time
-        next_txid = int(primary.execute("select pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0])
-        if state.watermark > next_txid:
-            raise TargetError(f"{path} holds changes up to txid {state.watermark}, but the database is only at txid "
-                              f"{next_txid}: {regressed}")
-        if state.table_id != t.table_id:
-            raise TargetError(f"{t.name} was detached and attached again (or attached again with another key or "
-                              f"predicate) since {path} was last synced; changes in between were not captured (or "
-                              f"were queued by the old options): run `pgcdc resync {t.name}`")
-        known, committing = committing_batch(primary, state.consumer, t.table_id)
-        if not known:
-            raise TargetError(f"{path} holds batch {state.batch} of consumer {state.consumer}, but the database has "
-                              f"no record of the consumer's sync of {t.name}: the consumer was dropped (`pgcdc "
-                              f"consumers drop`), or {regressed.replace('; run', '. Either way, run', 1)}")
-        if committing is not None and committing < state.batch:
-            raise TargetError(f"{path} holds batch {state.batch} of consumer {state.consumer}, which the database "
-                              f"has no record of: {regressed}")
-
-    def pending(self, reader: psycopg.Connection, state: ConsumerState) -> int:
-        """Events of the table not applied yet (above the watermark, outside the out-of-order set)."""
-        rows = reader.execute("select q.txid::text::bigint, count(*) from pgcdc.commit_queue q "
-                              "where q.table_id = %s and q.txid >= %s::text::xid8 group by 1",
-                              (state.table_id, str(state.watermark))).fetchall()
-        return sum(n for txid, n in rows if txid not in state.out_of_order)
-
-
-def record_run(primary: psycopg.Connection, consumer: str, *, started: bool = False, error: str | None = None,
-               start_txmin: int | None = None) -> None:
-    """Record in PostgreSQL that a run of the consumer started, failed (`error`) or succeeded
-    (having started at `start_txmin`), for `pgcdc status`."""
-    if started:
-        primary.execute("insert into pgcdc.consumer_run (consumer, started_at) values (%s, now()) "
-                        "on conflict (consumer) do update set started_at = now()", (consumer,))
-        return
-    primary.execute("update pgcdc.consumer_run set finished_at = now(), ok = %s, error = %s, "
-                    "start_txmin = coalesce(%s::text::xid8, start_txmin) where consumer = %s",
-                    (error is None, error, None if start_txmin is None else str(start_txmin), consumer))
-
-
-def _first_line(exc: BaseException) -> str:
-    """What `pgcdc status` shows of a failed run: the error's first line (for a JVM error, the
-    JVM exception's own message, not Py4J's "An error occurred while calling ..."), its type if empty."""
-    java = getattr(exc, "java_exception", None)
-    text = str(exc)
-    if java is not None:
-        with suppress(Exception):
-            text = str(java.toString())
-        # PostgreSQL's own error (a value refused by pgcdc._unfit, ...) deep inside Spark's task failure
-        source = re.search(r"PSQLException: ERROR: (.*)", str(exc))
-        if source is not None:
-            return f"PostgreSQL: {source.group(1).strip()[:500]}"
-    if isinstance(exc, psycopg.Error) and exc.diag.message_primary:
-        return f"PostgreSQL: {exc.diag.message_primary[:500]}"
-    lines = text.strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__
-
 
 def _moved(state: ConsumerState, batch: events.Batch | None) -> ConsumerState:
     """The state once a batch without events (or none) is passed: nothing to commit to Delta,
     the same batch number; only the watermark may move up."""
     return state if batch is None else replace(batch.next_state(state), batch=state.batch, run_id=state.run_id)
-
-
-def preflight(settings: Settings, tables: list[str]) -> None:
-    """What can be checked without Spark, before its 20-30 s start: the source answers, pgcdc is
-    installed at the right version, the tables to sync are attached, a local target is writable."""
-    with connect(settings.source.dsn) as conn:
-        select_tables(conn, tables)
-    target.check_target_root(settings.target.root)
 
 
 def run(settings: Settings, spark: "SparkSession | None" = None, say: Callable[[str], None] = print) -> list[TableReport]:

@@ -1,5 +1,5 @@
 """Small bridges to Scala objects through Py4J (Seq, Option, Map), for the Delta calls
-that PySpark does not expose (see apply.py). Kept in one place so a Delta upgrade that
+that PySpark does not expose (the fast engine, pgcdc/engines/fast). Kept in one place so a Delta upgrade that
 changes them fails here, loudly."""
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ def cls(spark: "SparkSession", name: str) -> Any:
     """The JVM class `name` (fully qualified). `spark._jvm.a.b.C` asks the JVM about each
     dotted step, a Py4J round trip each (~0.1 ms; ~150 per batch); this asks nothing until
     a member is used."""
-    return _class(spark._jvm._gateway_client, name)
+    jvm: Any = spark._jvm
+    return _class(jvm._gateway_client, name)
 
 
 @lru_cache(maxsize=None)

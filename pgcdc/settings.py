@@ -155,7 +155,8 @@ def load_settings(config: str | Path | None = None) -> Settings:
     if path is not None:
         where = str(path)
         if not path.is_file():
-            raise ConfigError(f"config file {path} not found; pass --config PATH or set PGCDC_CONFIG (see conf/pgcdc.example.toml)")
+            raise ConfigError(f"config file {path} not found; pass --config PATH or set PGCDC_CONFIG "
+                              "(see conf/pgcdc.example.toml)")
         try:
             data = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as exc:
@@ -213,7 +214,7 @@ def masked_dsn(dsn: SecretStr | str | None) -> str | None:
         return "**** (unparsable DSN)"
     if parts.get("password"):
         parts["password"] = "****"
-    return make_conninfo(**parts)
+    return make_conninfo("", **parts)
 
 
 # Spark conf keys whose values are secrets (Spark's own spark.redaction.regex, with "key")

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pgcdc.errors import SetupError
 from pgcdc.settings import SparkSettings
@@ -55,6 +55,17 @@ DEFAULT_CONF = {
 } | LOCAL_FILES_CONF
 
 
+def packages() -> str:
+    """The Maven coordinates spark-submit needs for this environment's pyspark: Delta for the
+    installed delta-spark (built for Scala 2.13 from 4.0 on, 2.12 before) and the JDBC driver.
+    (A session pgcdc starts resolves the same through delta's configure_spark_with_delta_pip.)"""
+    from importlib.metadata import version
+
+    delta = version("delta-spark")
+    scala = "2.13" if int(delta.split(".")[0]) >= 4 else "2.12"
+    return f"io.delta:delta-spark_{scala}:{delta},{POSTGRES_JDBC}"
+
+
 def java_major(java: str | None = None) -> int:
     """Major version of the `java` Spark will use (JAVA_HOME first, then PATH)."""
     home = os.environ.get("JAVA_HOME")
@@ -87,7 +98,7 @@ def get_session(settings: SparkSettings | None = None, app_name: str = "pgcdc") 
         return active
     if "PYSPARK_GATEWAY_PORT" in os.environ:  # under spark-submit: master and jars come from its flags
         session = SparkSession.builder.appName(app_name).getOrCreate()
-        if "Delta" not in session.conf.get("spark.sql.extensions", ""):
+        if "Delta" not in (session.conf.get("spark.sql.extensions", "") or ""):
             raise SetupError("spark-submit was started without Delta; pass --properties-file conf/spark-defaults.conf "
                              "(it sets spark.jars.packages and the Delta extension)")
         _check_log_store(session)
@@ -146,7 +157,8 @@ def _check_log_store(session: "SparkSession") -> None:
     if session.conf.get("spark.delta.logStore.file.impl", None) != logstore.CLASS:
         return
     try:
-        session._jvm.org.apache.spark.util.Utils.classForName(logstore.CLASS, True, False)
+        jvm: Any = session._jvm
+        jvm.org.apache.spark.util.Utils.classForName(logstore.CLASS, True, False)
     except Py4JJavaError:
         raise SetupError(f"spark-submit cannot load {logstore.CLASS}, which conf/spark-defaults.conf names for local "
                          'tables; pass --jars "$(python -m pgcdc.logstore)" (it builds the jar and prints its path)'

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
 import psycopg
@@ -29,7 +30,7 @@ def _size(n: float) -> str:
     return f"{n:.1f} TB"
 
 
-def table_lines(rows: list[tuple[str, ...]]) -> list[str]:
+def table_lines(rows: Sequence[Sequence[str]]) -> list[str]:
     """Rows of cells as aligned text lines (the first row is the header)."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
@@ -189,7 +190,7 @@ def status_report(conn: psycopg.Connection, problems: list[str] | None = None) -
     states = consumer_rows(conn)
     if states:
         lines.append("")
-        rows = [("consumer", "table", "watermark", "batch", "last sync", "delta table")]
-        rows += [(c, t, str(w), str(b), age(at) + " ago", path) for c, t, w, b, at, path in states]
-        lines += table_lines(rows)
+        consumer_table: list[tuple[str, ...]] = [("consumer", "table", "watermark", "batch", "last sync", "delta table")]
+        consumer_table += [(c, t, str(w), str(b), age(at) + " ago", path) for c, t, w, b, at, path in states]
+        lines += table_lines(consumer_table)
     return "\n".join(lines), not problems

@@ -13,9 +13,9 @@ PostgreSQL as of its watermark, not as of now.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
@@ -96,8 +96,12 @@ def _pg_canon(ref: str, base: str, is_array: bool, precision: int | None, key: b
     if not is_array:
         return _pg_value(ref, base, precision, key)
     # (Delta holds numeric and bytea elements as their text form)
-    element = "e::text" if base in ("numeric", "bytea") else \
-        "case when e is not null then pg_catalog.format('%s', e) end" if base.startswith("user:") else _pg_value("e", base, None, False)
+    if base in ("numeric", "bytea"):
+        element = "e::text"
+    elif base.startswith("user:"):
+        element = "case when e is not null then pg_catalog.format('%s', e) end"
+    else:
+        element = _pg_value("e", base, None, False)
     return (f"case when {ref} is not null then '{{' || array_to_string(array(select coalesce(length(v) || ':' || v, "
             f"'N') from unnest({ref}) with ordinality u(e, o), lateral (select {element} v) x order by o), ',') "
             f"|| '}}' end")
@@ -235,7 +239,7 @@ def compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable,
         return rows.selectExpr(f"{sp_key} as k", f"{sp_row} as r", f"{buckets.spark} as b")
 
     with ThreadPoolExecutor(max_workers=1) as pool:
-        pg_side = pool.submit(lambda: {b: (n, h) for b, n, h in conn.execute(
+        pg_side: Future[dict[Any, tuple[Any, Any]]] = pool.submit(lambda: {b: (n, h) for b, n, h in conn.execute(
             f"select b, count(*), bit_xor({pg_hash}) from ({pg_rows('true')}) x group by 1")})
         delta_sums = {r.b: (r.n, r.h) for r in keyed(delta).groupBy("b").agg(
             F.count("*").alias("n"), F.expr(f"bit_xor({sp_hash})").alias("h")).collect()}
@@ -252,11 +256,11 @@ def compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable,
                 query = pg_rows(buckets.where(differing[start:start + 100], spark=False))
                 found.update((k, r) for k, r, _ in conn.execute(query))
             return found
-        pg_side = pool.submit(read_pg)
+        pg_rows_side = pool.submit(read_pg)
         in_delta: dict[str, list[str]] = {}
         for r in keyed(delta.where(buckets.where(differing, spark=True))).select("k", "r").collect():
             in_delta.setdefault(r.k, []).append(r.r)
-        in_pg = pg_side.result()
+        in_pg = pg_rows_side.result()
     only_pg = [k for k, v in in_pg.items() if in_delta.get(k) != [v]]
     only_delta = [k for k, vs in in_delta.items() for v in vs if in_pg.get(k) != v or len(vs) > 1]
     examples = [_example(k, names, in_pg.get(k), in_delta.get(k, [None])[0])

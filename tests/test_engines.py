@@ -23,6 +23,14 @@ def _delta_rows(syncer, table: str) -> set[tuple]:
     return {tuple(r) for r in syncer.delta(table).collect()}
 
 
+def _merge_because(syncer, reason: str) -> str:
+    """The line a run prints for a table auto gives to the merge engine for `reason` (on a Delta
+    build the fast engine was not tested with, scripts/compat.sh, that reason comes first)."""
+    from pgcdc.engines import delta_version, fast
+
+    return f"public.{{}}: engine merge: {fast.untested(delta_version(syncer.spark)) or reason}"
+
+
 def _log(path: str, version: int) -> list[dict]:
     return [json.loads(line) for line in Path(path, "_delta_log", f"{version:020d}.json").read_text().splitlines()]
 
@@ -103,7 +111,7 @@ def test_change_data_feed_shows_what_happened_in_postgres(db: psycopg.Connection
     db.execute("update t set id = 300 where id = 3")
     syncer.lines.clear()
     syncer.run(**cdf)
-    assert "public.t: engine merge: the table has the change data feed on (delta.enableChangeDataFeed)" \
+    assert _merge_because(syncer, "the table has the change data feed on (delta.enableChangeDataFeed)").format("t") \
         in syncer.lines
     changes = sorted((r.id, r.v, r._change_type) for r in syncer.spark.read.format("delta")
                      .option("readChangeFeed", "true").option("startingVersion", first).load(path).collect())
@@ -119,7 +127,8 @@ def test_change_data_feed_shows_what_happened_in_postgres(db: psycopg.Connection
     changes = sorted((r.id, r.v, r._change_type) for r in syncer.spark.read.format("delta")
                      .option("readChangeFeed", "true").option("startingVersion", copied_from).load(path).collect())
     assert changes == sorted([(i, v, "delete") for i, v in held] + [(7, "x", "insert"), (8, "y", "insert")])
-    with pytest.raises(Exception, match="change data feed"):
+    # (on a Delta build the fast engine was not tested with, it refuses before looking at the table)
+    with pytest.raises(Exception, match="change data feed|not a version the fast engine was tested with"):
         syncer.run(engine="fast", **cdf)
 
 
@@ -137,7 +146,7 @@ def test_row_tracking_keeps_row_ids_through_updates(db: psycopg.Connection, sync
     db.execute("insert into t values (21, 'c')")
     syncer.lines.clear()
     syncer.run(**rt)
-    assert any("engine merge: the table has row tracking" in line for line in syncer.lines)
+    assert _merge_because(syncer, "the table has row tracking (delta.enableRowTracking)").format("t") in syncer.lines
     after = ids()
     assert {k: after[k] for k in before} == before
     assert after[21] not in before.values()
@@ -162,7 +171,8 @@ def test_copy_on_write_target_reads_equal_through_delta_rs(db: psycopg.Connectio
     syncer.lines.clear()
     syncer.run(tables=["public.cow"], target={"deletion_vectors": False})
     syncer.run(tables=["public.dv"])
-    assert "public.cow: engine merge: the table has no deletion vectors (delta.enableDeletionVectors)" in syncer.lines
+    assert _merge_because(syncer, "the table has no deletion vectors (delta.enableDeletionVectors)").format("cow") \
+        in syncer.lines
     cow = DeltaTable(syncer.path("public.cow"))
     assert "deletionVectors" not in (cow.protocol().reader_features or [])
     assert {tuple(r.values()) for r in cow.to_pyarrow_table().to_pylist()} == _rows(db, "cow")
@@ -177,25 +187,27 @@ def test_copy_on_write_target_reads_equal_through_delta_rs(db: psycopg.Connectio
 
 def test_untested_delta_version_runs_merge_and_fast_refuses_in_one_line(db: psycopg.Connection, syncer,
                                                                           monkeypatch) -> None:
-    """On a Delta build the fast engine was not tested with, auto applies with merge and
-    says why; engine fast refuses at start-up, before any table is touched."""
-    from pgcdc.engines import fast
+    """On a Delta build the fast engine was not tested with (the running one under
+    scripts/compat.sh; elsewhere the tested list is narrowed to pretend so), auto applies
+    with merge and says why; engine fast refuses at start-up, before any table is touched."""
+    from pgcdc.engines import delta_version, fast
 
+    version = delta_version(syncer.spark)
+    if version in fast.TESTED_DELTA:
+        monkeypatch.setattr(fast, "TESTED_DELTA", ("3.9.9",))
+    why = f"Delta {version} is not a version the fast engine was tested with ({', '.join(fast.TESTED_DELTA)})"
     db.execute("create table t (id int primary key, v text)")
     db.execute("insert into t values (1, 'a')")
     capture.attach(db, "t")
     syncer.run()
-    monkeypatch.setattr(fast, "TESTED_DELTA", ("3.9.9",))
     db.execute("update t set v = 'b'")
     commits = syncer.commits("public.t")
     with pytest.raises(ConfigError) as refused:
         syncer.run(engine="fast")
-    assert str(refused.value).count("\n") == 0
-    assert "Delta 4.0.1 is not a version the fast engine was tested with (3.9.9)" in str(refused.value)
-    assert 'ingest.engine = "merge"' in str(refused.value)
+    assert "\n" not in str(refused.value)
+    assert why in str(refused.value) and 'ingest.engine = "merge"' in str(refused.value)
     assert syncer.commits("public.t") == commits
     syncer.lines.clear()
     syncer.run()
-    assert "public.t: engine merge: Delta 4.0.1 is not a version the fast engine was tested with (3.9.9)" \
-        in syncer.lines
+    assert f"public.t: engine merge: {why}" in syncer.lines
     assert _delta_rows(syncer, "public.t") == _rows(db, "t")

@@ -274,7 +274,8 @@ def test_restore_into_another_cluster_is_detected(db: psycopg.Connection, syncer
     state = json.loads(state_file.read_text())
     state["system_id"] = "12345"  # as if the Delta table had been synced from the cluster before a restore
     state_file.write_text(json.dumps(state))
-    with pytest.raises(TargetError, match=r"synced from another database .*run `pgcdc reset-watermark` \(or `pgcdc resync public.t`\)"):
+    with pytest.raises(TargetError,
+                       match=r"synced from another database .*run `pgcdc reset-watermark` \(or `pgcdc resync public.t`\)"):
         syncer.run()
 
 

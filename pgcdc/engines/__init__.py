@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pgcdc import tablelog
 from pgcdc.errors import ConfigError, TargetError
@@ -74,7 +74,8 @@ def delta_version(spark: "SparkSession") -> str:
     """The version of the Delta Lake the Spark session runs (its JVM side, which on a cluster
     need not be the Python package's)."""
     try:
-        return str(spark._jvm.io.delta.package.VERSION())
+        jvm: Any = spark._jvm
+        return str(jvm.io.delta.package.VERSION())
     except Exception:  # (a build without the constant: the Python package's version)
         from importlib.metadata import version
 

@@ -26,7 +26,7 @@ from pgcdc.state import app_id
 from pgcdc.target import Written, last_commit, state_commit
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import Column, SparkSession
 
     from pgcdc.engines import BatchWork
 
@@ -38,17 +38,17 @@ def _col(name: str) -> str:
 @contextmanager
 def _confs(spark: "SparkSession", confs: dict[str, str]) -> Iterator[None]:
     """Session confs set for one statement, then restored."""
-    before = {k: spark.conf.get(k, None) for k in confs}
+    before: dict[str, str | None] = {k: spark.conf.get(k, None) for k in confs}
     for k, v in confs.items():
         spark.conf.set(k, v)
     try:
         yield
     finally:
-        for k, v in before.items():
-            if v is None:
+        for k, old in before.items():
+            if old is None:
                 spark.conf.unset(k)
             else:
-                spark.conf.set(k, v)
+                spark.conf.set(k, old)
 
 
 def _concurrent(exc: Exception) -> bool:
@@ -82,7 +82,7 @@ class MergeEngine:
             if bounds is not None:  # target-only conjuncts: Delta skips files by their key range
                 condition += f" and t.{_col(keys[0])} between {int(bounds[0])} and {int(bounds[1])}"
             live = f"s.{_col(keys[0])} is not null"  # (a key column is never null in a current row)
-            values = {_col(f.name): f"s.{_col(f.name)}" for f in read.schema.fields}
+            values: dict[str, str | Column] = {_col(f.name): f"s.{_col(f.name)}" for f in read.schema.fields}
             work.before_commit()
             faults.failpoint("before-commit")
             merge = (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), condition)

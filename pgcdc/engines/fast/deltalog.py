@@ -75,7 +75,7 @@ def files_overlapping(files: list[Any], column: str, low: int, high: int) -> lis
 def renames_columns(txn: Any) -> bool:
     """True if the table (of a transaction or snapshot) uses column mapping: its Parquet files
     then name the columns otherwise than its schema, so they can only be read through Delta."""
-    return txn.metadata().columnMappingMode().name() != "none"
+    return bool(txn.metadata().columnMappingMode().name() != "none")
 
 
 def stored_rows(spark: "SparkSession", txn: Any, files: list[Any], columns: list[str]) -> "DataFrame":

@@ -1,0 +1,109 @@
+"""Bookkeeping around ingest runs: which tables a run syncs, what it records in PostgreSQL for
+`pgcdc status`, what it checks before trusting a table's state, and how a failure reads."""
+
+from __future__ import annotations
+
+import re
+from contextlib import suppress
+
+import psycopg
+
+from pgcdc import capture, target
+from pgcdc.capture import AttachedTable
+from pgcdc.db import connect
+from pgcdc.errors import TableError, TargetError
+from pgcdc.settings import Settings
+from pgcdc.state import ConsumerState, committing_batch
+
+
+def select_tables(conn: psycopg.Connection, names: list[str]) -> list[AttachedTable]:
+    """The attached tables to sync: the configured ones (all must be attached), else all."""
+    attached = capture.list_attached(conn)
+    if not names:
+        return attached
+    by_name = {t.name: t for t in attached}
+    chosen = []
+    for name in names:
+        canonical = capture.resolve_table(conn, name)
+        if canonical not in by_name:
+            raise TableError(f"table {canonical} is listed in `tables` but not attached; run `pgcdc attach {canonical}`")
+        chosen.append(by_name[canonical])
+    return chosen
+
+
+def check_state(primary: psycopg.Connection, state: ConsumerState, identity: str, t: AttachedTable,
+                path: str) -> None:
+    """Refuse a state that does not belong to this database as it is now (see docs/operations.md)."""
+    # states written before identities included the database hold the system identifier alone
+    current = identity if "/" in state.system_id else identity.split("/")[0]
+    if state.system_id != current:
+        raise TargetError(f"{path} was synced from another database (identity {state.system_id}, now "
+                          f"{current}): after a restore txids restart, so its watermark means nothing here: "
+                          f"run `pgcdc reset-watermark` (or `pgcdc resync {t.name}`)")
+    regressed = ("it was restored from an earlier backup (or failed over to a standby that was behind), and "
+                 "changes Delta holds may be gone from it; run `pgcdc reset-watermark` to copy the tables again "
+                 "from the database as it is now")
+    # the next txid the primary hands out: a watermark above it means the database went back in time
+    next_txid = int(primary.execute("select pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0])
+    if state.watermark > next_txid:
+        raise TargetError(f"{path} holds changes up to txid {state.watermark}, but the database is only at txid "
+                          f"{next_txid}: {regressed}")
+    if state.table_id != t.table_id:
+        raise TargetError(f"{t.name} was detached and attached again (or attached again with another key or "
+                          f"predicate) since {path} was last synced; changes in between were not captured (or "
+                          f"were queued by the old options): run `pgcdc resync {t.name}`")
+    known, committing = committing_batch(primary, state.consumer, t.table_id)
+    if not known:
+        raise TargetError(f"{path} holds batch {state.batch} of consumer {state.consumer}, but the database has "
+                          f"no record of the consumer's sync of {t.name}: the consumer was dropped (`pgcdc "
+                          f"consumers drop`), or {regressed.replace('; run', '. Either way, run', 1)}")
+    if committing is not None and committing < state.batch:
+        raise TargetError(f"{path} holds batch {state.batch} of consumer {state.consumer}, which the database "
+                          f"has no record of: {regressed}")
+
+
+def pending(reader: psycopg.Connection, state: ConsumerState) -> int:
+    """Events of the table not applied yet (above the watermark, outside the out-of-order set)."""
+    rows = reader.execute("select q.txid::text::bigint, count(*) from pgcdc.commit_queue q "
+                          "where q.table_id = %s and q.txid >= %s::text::xid8 group by 1",
+                          (state.table_id, str(state.watermark))).fetchall()
+    return sum(n for txid, n in rows if txid not in state.out_of_order)
+
+
+def record_run(primary: psycopg.Connection, consumer: str, *, started: bool = False, error: str | None = None,
+               start_txmin: int | None = None) -> None:
+    """Record in PostgreSQL that a run of the consumer started, failed (`error`) or succeeded
+    (having started at `start_txmin`), for `pgcdc status`."""
+    if started:
+        primary.execute("insert into pgcdc.consumer_run (consumer, started_at) values (%s, now()) "
+                        "on conflict (consumer) do update set started_at = now()", (consumer,))
+        return
+    primary.execute("update pgcdc.consumer_run set finished_at = now(), ok = %s, error = %s, "
+                    "start_txmin = coalesce(%s::text::xid8, start_txmin) where consumer = %s",
+                    (error is None, error, None if start_txmin is None else str(start_txmin), consumer))
+
+
+def first_line(exc: BaseException) -> str:
+    """What `pgcdc status` shows of a failed run: the error's first line (for a JVM error, the
+    JVM exception's own message, not Py4J's "An error occurred while calling ..."), its type if empty."""
+    java = getattr(exc, "java_exception", None)
+    text = str(exc)
+    if java is not None:
+        with suppress(Exception):
+            text = str(java.toString())
+        # PostgreSQL's own error (a value refused by pgcdc._unfit, ...) deep inside Spark's task failure
+        source = re.search(r"PSQLException: ERROR: (.*)", str(exc))
+        if source is not None:
+            return f"PostgreSQL: {source.group(1).strip()[:500]}"
+    if isinstance(exc, psycopg.Error) and exc.diag.message_primary:
+        return f"PostgreSQL: {exc.diag.message_primary[:500]}"
+    lines = text.strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__
+
+
+def preflight(settings: Settings, tables: list[str]) -> None:
+    """What can be checked without Spark, before its 20-30 s start: the source answers, pgcdc is
+    installed at the right version, the tables to sync are attached, a local target is writable."""
+    with connect(settings.source.dsn) as conn:
+        select_tables(conn, tables)
+    target.check_target_root(settings.target.root)

@@ -1,0 +1,74 @@
+"""Deciding what a table needs, apart from doing it (pgcdc/ingest.py does it): a copy before
+any batch (`copy_reason`), and for each planned batch: apply it, copy the table instead, only
+move the watermark, or stop (`next_step`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from pgcdc import tablelog, target
+from pgcdc.errors import TargetError
+from pgcdc.state import resync_reason
+
+if TYPE_CHECKING:
+    import psycopg
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+    from pgcdc.capture import AttachedTable
+    from pgcdc.events import Batch
+    from pgcdc.settings import Settings
+
+
+@dataclass(frozen=True)
+class Step:
+    """What to do with one planned batch: `apply` it, `copy` the table instead (`why`),
+    `pass` it (no event of the table: only the watermark moves), or `stop` (nothing planned)."""
+
+    kind: Literal["apply", "copy", "pass", "stop"]
+    why: str = ""
+
+
+def next_step(batch: "Batch | None", rows: float, recopy_fraction: float) -> Step:
+    """The step for `batch` of a table of ~`rows` rows (pg_class.reltuples; -1 before the
+    first analyze).
+
+    A TRUNCATE has no keys, and txid order is not commit order: a transaction with a lower
+    txid may have written the table after the TRUNCATE committed. Only a copy in one
+    snapshot is right whatever the order. A batch changing at least `recopy_fraction` of
+    the table is also copied: that is faster and leaves it compact. The copy's snapshot
+    covers every event below its txmin, this batch included."""
+    if batch is None:
+        return Step("stop")
+    if batch.events == 0:
+        return Step("pass")
+    if batch.truncate:
+        return Step("copy", "a TRUNCATE")
+    if 0 < recopy_fraction and rows > 0 and batch.keys >= recopy_fraction * rows:
+        return Step("copy", f"{batch.keys} keys, >= {recopy_fraction:.0%} of ~{rows:.0f} rows")
+    return Step("apply")
+
+
+def copy_reason(primary: "psycopg.Connection", spark: "SparkSession", settings: "Settings", t: "AttachedTable",
+                path: str, source: "StructType") -> str | None:
+    """Why the table must be copied before batches apply to it again, or None: the consumer
+    fell past the retention limit (the queue no longer keeps what it missed, see
+    consumers.py), or the table's columns (`source`, as the sync reads them) changed."""
+    reason = resync_reason(primary, settings.consumer, t.table_id)
+    if reason is not None:
+        return f"consumer {settings.consumer} fell past the retention limit ({reason})"
+    changed = columns_changed(spark, settings, t, path, source)
+    return None if changed is None else f"its columns changed ({changed})"
+
+
+def columns_changed(spark: "SparkSession", settings: "Settings", t: "AttachedTable", path: str,
+                    source: "StructType") -> str | None:
+    """How the table's columns differ from its Delta table's, or None; with
+    `on_schema_change = "fail"` a difference stops the table's sync instead."""
+    changed = target.schema_change(tablelog.read_state(spark, path, need_txns=False).schema(), source)
+    if changed is not None and settings.ingest.on_schema_change == "fail":
+        raise TargetError(f"the columns of {t.name} changed ({changed}) since {path} was written; run "
+                          f"`pgcdc resync {t.name}` to copy the table again (or set ingest.on_schema_change "
+                          f"= \"copy\" to have runs do it)")
+    return changed
