@@ -4,14 +4,17 @@
                            [--repeat 2] [--small-rounds 10]
 
 On a throwaway PostgreSQL and local Spark (started once; JVM start is excluded) it
-times, on a table of --rows rows:
-  1. ingest of --changes changed rows (spread over the whole table), applied (--repeat
-     rounds) and, for the same changes again, re-copied, each vs the floor: a Spark JDBC
-     read of the same rows plus a Delta append of them;
+times, on a table of --rows rows, both engines (docs/engines.md) on the same table:
+  0. a first sync (pgcdc resync: the whole table copied in one snapshot) against a plain
+     Spark JDBC read of the table plus a Delta write, in alternating order (--repeat rounds);
+  1. ingest of --changes changed rows (spread over the whole table) with each engine and,
+     for the same changes again, re-copied, each vs the floor: a Spark JDBC read of the
+     same rows plus a Delta append of them;
   2. ingest of --small changed rows spread over the table (every file touched), and
   3. of --small changed rows among the newest ones (--small-rounds rounds each: Delta
-     writes a checkpoint every 10 commits, and its cost belongs in the mean), each vs a
-     full reload: JDBC read of the whole table plus a Delta overwrite.
+     writes a checkpoint every 100 commits of pgcdc's tables), each engine vs a full
+     reload (JDBC read of the whole table plus a Delta overwrite) and vs the public recipe
+     a user would write: a JDBC read of the changed rows plus DeltaTable.merge.
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ def timed(label: str, fn) -> float:
     return took
 
 
+def mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=5_000_000)
@@ -47,7 +54,7 @@ def main() -> None:
     ap.add_argument("--small", type=int, default=10_000)
     ap.add_argument("--partitions", type=int, default=4, help="JDBC partitions for every read")
     ap.add_argument("--repeat", type=int, default=2, help="rounds of the large measurements")
-    ap.add_argument("--small-rounds", type=int, default=10, help="rounds of each small batch (10: one checkpoint)")
+    ap.add_argument("--small-rounds", type=int, default=10, help="rounds of each small batch")
     args = ap.parse_args()
     every = max(1, args.rows // args.changes)
     small_every = max(1, args.rows // args.small)
@@ -74,12 +81,11 @@ def main() -> None:
                                 spark={"conf": {"spark.driver.memory": "6g", "spark.sql.shuffle.partitions": "8"}})
             spark = get_session(settings.spark)
             say = lambda line: print("    " + line, flush=True)  # noqa: E731
-            job = Job(settings, spark, say=say)
 
-            def forced(recopy_fraction: float) -> Job:
+            def job(engine: str, recopy_fraction: float = 0) -> Job:
                 return Job(settings.model_copy(update={"ingest": settings.ingest.model_copy(
-                    update={"recopy_fraction": recopy_fraction})}), spark, say=say)
-            apply_only, recopy_always = forced(0), forced(1e-9)
+                    update={"engine": engine, "recopy_fraction": recopy_fraction})}), spark, say=say)
+            fast, merge, recopy_always = job("fast"), job("merge"), job("fast", 1e-9)
             jdbc = jdbc_options(conn)
             url = jdbc.pop("url")
             props = jdbc | {"fetchsize": "10000"}
@@ -88,51 +94,74 @@ def main() -> None:
                 return spark.read.jdbc(url, f"(select * from bench where {where}) q", column="id", lowerBound=1,
                                        upperBound=args.rows, numPartitions=args.partitions, properties=props)
 
-            print(f"\n[first sync: copy {args.rows} rows]", flush=True)
-            timed("first sync (pgcdc ingest)", job.run)
+            def plain_copy() -> None:
+                jdbc_read("true").write.format("delta").mode("overwrite").save(str(work / "plain"))
+
+            def recipe(where: str) -> None:  # what a user would write with public API alone
+                from delta.tables import DeltaTable
+
+                (DeltaTable.forPath(spark, str(work / "plain")).alias("t").merge(jdbc_read(where).alias("s"),
+                                                                                  "t.id = s.id")
+                 .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+
+            print(f"\n[0] first sync: copy {args.rows} rows, alternating with a plain copy", flush=True)
+            timed("first sync (pgcdc ingest: creates the table)", fast.run)
+            first, plain = [], []
+            for r in range(args.repeat):
+                pair = [(first, "first sync again (pgcdc resync)", lambda: fast.resync(["public.bench"])),
+                        (plain, "plain copy: JDBC read of the table + Delta write", plain_copy)]
+                for into, label, fn in (pair if r % 2 == 0 else pair[::-1]):
+                    into.append(timed(label, fn))
 
             print(f"\n[1] {args.changes} changed rows (every {every}th row), {args.repeat} rounds", flush=True)
-            floor, ingest_apply = [], []
+            floor, big_fast, big_merge = [], [], []
             for r in range(args.repeat):
                 floor.append(timed("floor: JDBC read of the same rows + Delta append",
                                    lambda: jdbc_read(f"id % {every} = 0").write.format("delta").mode("append")
                                    .save(str(work / "floor"))))
                 conn.execute("update bench set a = a + 1 where id %% %s = 0", (every,))
-                ingest_apply.append(timed("pgcdc ingest, applied (deletion vectors + new files)", apply_only.run))
+                big_fast.append(timed("pgcdc ingest, fast engine", fast.run))
+                conn.execute("update bench set a = a + 1 where id %% %s = 0", (every,))
+                big_merge.append(timed("pgcdc ingest, merge engine", merge.run))
             conn.execute("update bench set a = a + 1 where id %% %s = 0", (every,))
-            ingest_recopy = timed("pgcdc ingest, the same changes again, by re-copying the table", recopy_always.run)
+            big_recopy = timed("pgcdc ingest, the same changes again, by re-copying the table", recopy_always.run)
 
-            print(f"\n[2] {args.small} changed rows (every {small_every}th row: worst case, every file touched), "
-                  f"{args.small_rounds} rounds", flush=True)
-            ingest_spread = []
-            for r in range(args.small_rounds):
-                conn.execute("update bench set a = a + 1 where id %% %s = %s", (small_every, 1 + r % small_every))
-                ingest_spread.append(timed("pgcdc ingest", job.run))
-            print(f"\n[3] {args.small} changed rows among the newest (ids above {args.rows - args.small}), "
-                  f"{args.small_rounds} rounds", flush=True)
-            ingest_recent = []
-            for r in range(args.small_rounds):
-                conn.execute("update bench set a = a + 1 where id > %s", (args.rows - args.small,))
-                ingest_recent.append(timed("pgcdc ingest", job.run))
+            small: dict[str, dict[str, list[float]]] = {}
+            for part, what, where in [
+                    ("2", f"{args.small} changed rows (every {small_every}th row: every file touched)",
+                     lambda r: f"id % {small_every} = {1 + r % small_every}"),
+                    ("3", f"{args.small} changed rows among the newest (ids above {args.rows - args.small})",
+                     lambda r: f"id > {args.rows - args.small}")]:
+                print(f"\n[{part}] {what}, {args.small_rounds} rounds of each", flush=True)
+                times: dict[str, list[float]] = {"fast": [], "merge": [], "recipe": []}
+                for r in range(args.small_rounds):
+                    for name, fn in (("fast", fast.run), ("merge", merge.run),
+                                     ("recipe", lambda: recipe(where(r)))):
+                        conn.execute(f"update bench set a = a + 1 where {where(r)}")
+                        label = "public recipe: JDBC read + DeltaTable.merge" if name == "recipe" else \
+                            f"pgcdc ingest, {name} engine"
+                        times[name].append(timed(label, fn))
+                small[part] = times
             reload = [timed("full reload: JDBC read of the whole table + Delta overwrite",
                             lambda: jdbc_read("true").write.format("delta").mode("overwrite")
                             .save(str(work / "reload"))) for _ in range(args.repeat)]
-        mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
         print(f"\nresults ({args.rows} rows, {args.partitions} JDBC partitions, local[2]; means over the rounds, "
               "checkpoints included):")
-        print(f"  floor {mean(floor):.1f}s, applied {mean(ingest_apply):.1f}s, re-copied {ingest_recopy:.1f}s, "
-              f"{args.small} spread {mean(ingest_spread):.2f}s, {args.small} recent {mean(ingest_recent):.2f}s, "
-              f"reload {mean(reload):.1f}s")
-        print(f"  ingest of {args.changes} spread changes, applied / floor  = {mean(ingest_apply) / mean(floor):5.2f}x  "
-              "(target <= 1.5x)")
-        print(f"  the same, re-copied / floor                       = {ingest_recopy / mean(floor):5.2f}x")
-        print(f"  full reload / ingest of {args.small} spread changes    = {mean(reload) / mean(ingest_spread):5.2f}x  "
-              "(target >= 20x)")
-        if len(ingest_spread) > 1:  # the first spread batch also makes the copied files' key index (key_index.py)
-            print(f"    (first round {ingest_spread[0]:.2f}s, the others {mean(ingest_spread[1:]):.2f}s: "
-                  f"{mean(reload) / mean(ingest_spread[1:]):5.2f}x)")
-        print(f"  full reload / ingest of {args.small} recent-row changes = {mean(reload) / mean(ingest_recent):5.2f}x  "
-              "(target >= 20x)")
+        print(f"  first sync / plain copy                          = {mean(first) / mean(plain):5.2f}x  "
+              f"({mean(first):.1f}s / {mean(plain):.1f}s; goal <= 1.2x)")
+        print(f"  {args.changes} spread changes: fast / floor          = {mean(big_fast) / mean(floor):5.2f}x  "
+              f"({mean(big_fast):.1f}s / {mean(floor):.1f}s; goal <= 1.3x)")
+        print(f"  {args.changes} spread changes: merge / floor         = {mean(big_merge) / mean(floor):5.2f}x  "
+              f"({mean(big_merge):.1f}s)")
+        print(f"  {args.changes} spread changes: re-copied / floor     = {big_recopy / mean(floor):5.2f}x")
+        for part, name in (("2", "spread"), ("3", "recent")):
+            t = small[part]
+            print(f"  {args.small} {name}: full reload / fast engine      = {mean(reload) / mean(t['fast']):5.2f}x  "
+                  f"({mean(reload):.1f}s / {mean(t['fast']):.2f}s; goal >= 30x)")
+            print(f"  {args.small} {name}: merge engine / fast engine     = {mean(t['merge']) / mean(t['fast']):5.2f}x  "
+                  f"({mean(t['merge']):.2f}s; goal <= 2x)")
+            print(f"  {args.small} {name}: public recipe / merge engine   = {mean(t['recipe']) / mean(t['merge']):5.2f}x  "
+                  f"({mean(t['recipe']):.2f}s; goal >= 3x)")
         spark.stop()
     finally:
         pg.stop(remove=True)
