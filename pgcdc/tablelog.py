@@ -203,6 +203,17 @@ def _checkpoint_actions(spark: "SparkSession", files: list[str]) -> list[dict[st
     return [{c: json.loads(r[c]) for c in wanted if r[c] is not None} for r in rows]
 
 
+def commit_info(spark: "SparkSession", path: str, version: int) -> dict[str, Any]:
+    """The `commitInfo` action of commit `version` (empty if the commit has none or is gone)."""
+    text = _read(spark, f"{_log(path)}/{version:020d}.json") or ""
+    for line in text.splitlines():
+        if '"commitInfo"' in line:
+            info = json.loads(line).get("commitInfo")
+            if isinstance(info, dict):
+                return info
+    return {}
+
+
 def txn_version(spark: "SparkSession", path: str, app_id: str) -> int:
     """The version of `app_id`'s last idempotent write (Delta `txn` action); -1 if none."""
     txns = read_state(spark, path).txns or {}

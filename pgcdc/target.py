@@ -215,17 +215,18 @@ def schema_change(target: "StructType", source: "StructType") -> str | None:
 
 
 def last_commit(spark: "SparkSession", path: str, state: ConsumerState) -> Written:
-    """Find the commit that carries `state` and read its row counts; fail if the write was skipped."""
-    from delta.tables import DeltaTable
-
-    for row in DeltaTable.forPath(spark, path).history(20).collect():
-        meta = ConsumerState.from_json(row.userMetadata) if row.userMetadata else None
+    """Find the commit that carries `state` among the newest 20 (their commitInfo, read from the
+    log's commit files) and read its row counts; fail if the write was skipped."""
+    newest = tablelog.latest_version(spark, path)
+    for version in range(newest, max(-1, newest - 20), -1):
+        info = tablelog.commit_info(spark, path, version)
+        meta = ConsumerState.from_json(info["userMetadata"]) if info.get("userMetadata") else None
         if meta and meta.run_id == state.run_id:
-            m = row.operationMetrics or {}
+            m = info.get("operationMetrics") or {}
             upserted = int(m.get("numTargetRowsInserted", m.get("numOutputRows", 0))) + \
                 int(m.get("numTargetRowsUpdated", 0))
             deleted = int(m.get("numTargetRowsDeleted", 0))
-            return Written(int(row.version), upserted, deleted)
+            return Written(version, upserted, deleted)
     raise TargetError(f"batch {state.batch} of consumer {state.consumer} was not committed to {path}: another "
                       "writer already committed that batch number; is a second ingest running elsewhere?")
 

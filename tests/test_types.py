@@ -170,7 +170,17 @@ def _check(spark: Any, path: str, rows: list[TypeRow], count: int) -> None:
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.parametrize("way", ["first copy", "batch written by the driver", "batch written by Spark"])
+WAYS = ["first copy", "batch written by the driver", "batch written by Spark", "batch applied by the merge engine"]
+
+
+def _engine(way: str) -> dict[str, object]:
+    """The ingest settings of a way a value travels."""
+    if way == "batch applied by the merge engine":
+        return {"engine": "merge"}
+    return {"small_batch_keys": 100_000 if way == "batch written by the driver" else 1}
+
+
+@pytest.mark.parametrize("way", WAYS)
 def test_every_type_lands_as_the_type_table_says(db: psycopg.Connection, syncer, monkeypatch, way: str) -> None:
     assert syncer.spark.conf.get("spark.sql.session.timeZone") == "UTC"  # (the probes' micros of timestamp_ntz)
     wrote = driver_writes(monkeypatch)
@@ -187,7 +197,7 @@ def test_every_type_lands_as_the_type_table_says(db: psycopg.Connection, syncer,
         capture.attach(db, "t")
         syncer.run()
         _fill(db, "t", rows, update=True)
-        report = syncer.run(small_batch_keys=100_000 if way == "batch written by the driver" else 1)["public.t"]
+        report = syncer.run(**_engine(way))["public.t"]
         assert report.upserted == count
         assert wrote == ([1] if way == "batch written by the driver" else [])
     _check(syncer.spark, syncer.path("public.t"), rows, count)
@@ -201,7 +211,7 @@ REFUSED = [
 ]
 
 
-@pytest.mark.parametrize("way", ["first copy", "batch written by the driver", "batch written by Spark"])
+@pytest.mark.parametrize("way", WAYS)
 def test_values_no_delta_type_holds_stop_only_their_table_naming_column_and_row(db: psycopg.Connection, syncer,
                                                                                way: str) -> None:
     """One table per refused value, beside a good one: each bad table fails alone, its line
@@ -224,7 +234,7 @@ def test_values_no_delta_type_holds_stop_only_their_table_naming_column_and_row(
         spoil()
     db.execute("insert into good values (1, 'synced')")
     with pytest.raises(Exception, match="pgcdc: column v of public.bad0 holds"):
-        syncer.run(small_batch_keys=100_000 if way == "batch written by the driver" else 1)
+        syncer.run(**_engine(way))
     said = "\n".join(syncer.lines)
     for name, (_, _, why) in zip(bad, REFUSED):
         line = next(x for x in syncer.lines if x.startswith(f"public.{name}: FAILED: "))
