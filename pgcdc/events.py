@@ -53,11 +53,6 @@ class Batch:
     truncate: bool
     next_txid: int | None  # the first txid with events the batch leaves for later; None: nothing left
 
-    @property
-    def caught_up(self) -> bool:
-        """Nothing left to take in the snapshot after this batch."""
-        return self.next_txid is None
-
     def filter_sql(self, alias: str = "q") -> str:
         """SQL condition selecting exactly this batch's queue rows (numbers only: safe to inline)."""
         strict = f"{alias}.txid >= '{self.lo}'::xid8 and {alias}.txid < '{self.hi}'::xid8"

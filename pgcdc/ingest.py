@@ -168,9 +168,9 @@ class Job:
                                                    "where oid = %s::regclass", (t.name,)).fetchone()
             start = start or snap
             assert start is not None
-            step = next_step(batch, rows, s.ingest.recopy_fraction)
-            if batch is None or step.kind == "stop":
+            if batch is None:
                 break
+            step = next_step(batch, rows, s.ingest.recopy_fraction)
             if step.kind == "copy":
                 self.say(f"{t.name}: batch holds {step.why}: copying the table instead of applying the batch")
                 state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, state.batch)

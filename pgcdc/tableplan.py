@@ -1,6 +1,6 @@
 """Deciding what a table needs, apart from doing it (pgcdc/ingest.py does it): a copy before
-any batch (`copy_reason`), and for each planned batch: apply it, copy the table instead, only
-move the watermark, or stop (`next_step`)."""
+any batch (`copy_reason`), and for each planned batch: apply it, copy the table instead, or
+only move the watermark (`next_step`)."""
 
 from __future__ import annotations
 
@@ -23,14 +23,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Step:
-    """What to do with one planned batch: `apply` it, `copy` the table instead (`why`),
-    `pass` it (no event of the table: only the watermark moves), or `stop` (nothing planned)."""
+    """What to do with one planned batch: `apply` it, `copy` the table instead (`why`), or
+    `pass` it (no event of the table: only the watermark moves)."""
 
-    kind: Literal["apply", "copy", "pass", "stop"]
+    kind: Literal["apply", "copy", "pass"]
     why: str = ""
 
 
-def next_step(batch: "Batch | None", rows: float, recopy_fraction: float) -> Step:
+def next_step(batch: "Batch", rows: float, recopy_fraction: float) -> Step:
     """The step for `batch` of a table of ~`rows` rows (pg_class.reltuples; -1 before the
     first analyze).
 
@@ -39,8 +39,6 @@ def next_step(batch: "Batch | None", rows: float, recopy_fraction: float) -> Ste
     snapshot is right whatever the order. A batch changing at least `recopy_fraction` of
     the table is also copied: that is faster and leaves it compact. The copy's snapshot
     covers every event below its txmin, this batch included."""
-    if batch is None:
-        return Step("stop")
     if batch.events == 0:
         return Step("pass")
     if batch.truncate:

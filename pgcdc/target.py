@@ -88,7 +88,8 @@ def _split(table: str) -> tuple[str, str]:
     return names[0], names[1]
 
 
-def _col(name: str) -> str:
+def spark_ident(name: str) -> str:
+    """`name` as a Spark SQL identifier (a column, or a delta.`path`)."""
     return "`" + name.replace("`", "``") + "`"
 
 
@@ -237,7 +238,7 @@ def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: Consum
     config = tablelog.read_state(spark, path, need_txns=False).configuration
     if needs_column_mapping(rows.schema) and config.get("delta.columnMapping.mode", "none") == "none":
         props = ", ".join(f"'{k}' = '{v}'" for k, v in _COLUMN_MAPPING.items())
-        spark.sql(f"alter table delta.{_col(path)} set tblproperties ({props})")
+        spark.sql(f"alter table delta.{spark_ident(path)} set tblproperties ({props})")
     with state_commit(spark, state):  # overwriteSchema: a resync takes the source's current columns
         rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
     return last_commit(spark, path, state)

@@ -23,16 +23,12 @@ from typing import TYPE_CHECKING
 from pgcdc import enrich, faults, tablelog
 from pgcdc.errors import TargetError
 from pgcdc.state import app_id
-from pgcdc.target import Written, last_commit, state_commit
+from pgcdc.target import Written, last_commit, spark_ident as _col, state_commit
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
 
     from pgcdc.engines import BatchWork
-
-
-def _col(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 @contextmanager
