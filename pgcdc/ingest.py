@@ -130,7 +130,7 @@ class Job:
         columns = enrich.table_columns(reader, t.name)
         source = enrich.schema_of(self.spark, jdbc, t, columns)
         if not target.is_delta(self.spark, path):  # (only ever created in an empty place)
-            target.create_table(self.spark, path, source, s.consumer, t.name, s.target)
+            target.create_table(self.spark, path, source, t.key_columns, s.consumer, t.name, s.target)
         target.check_owner(self.spark, path, s.consumer, None if recorded else t.name)
         gone = tablelog.missing_files(self.spark, path)
         if gone:

@@ -123,10 +123,11 @@ def properties(target: "TargetSettings") -> dict[str, str]:
     return props
 
 
-def create_table(spark: "SparkSession", path: str, schema: "StructType", consumer: str, table: str,
+def create_table(spark: "SparkSession", path: str, schema: "StructType", keys: list[str], consumer: str, table: str,
                  target: "TargetSettings") -> None:
     """Create the empty Delta table, marked with its consumer and source table, with the
-    properties the [target] settings ask for.
+    properties the [target] settings ask for; its columns as PostgreSQL has them (the key
+    columns NOT NULL) without the JDBC reader's field metadata.
 
     Refuses a path that already holds files but no Delta log: they are somebody's data.
     """
@@ -142,12 +143,19 @@ def create_table(spark: "SparkSession", path: str, schema: "StructType", consume
     if fs.exists(log):  # an unfinished create's leftovers, which Delta's create trips over
         fs.delete(log, True)
 
-    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
+    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(_table_schema(schema, keys))
     mapping = _COLUMN_MAPPING if needs_column_mapping(schema) else {}
     for key, value in {OWNER: consumer, SOURCE: table, "delta.checkpointInterval": CHECKPOINT_INTERVAL,
                        **properties(target), **mapping}.items():
         builder = builder.property(key, value)
     builder.execute()
+
+
+def _table_schema(schema: "StructType", keys: list[str]) -> "StructType":
+    """`schema` with only the key columns NOT NULL and no field metadata."""
+    from pyspark.sql.types import StructField, StructType
+
+    return StructType([StructField(f.name, f.dataType, f.name not in keys) for f in schema.fields])
 
 
 def _foreign_file(fs: Any, folder: Any) -> str | None:
@@ -233,12 +241,23 @@ def last_commit(spark: "SparkSession", path: str, state: ConsumerState) -> Writt
 
 
 def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState) -> Written:
-    """Replace the table's contents (first sync or resync) in one commit carrying the state;
-    a column renamed to a name that needs column mapping turns it on first."""
-    config = tablelog.read_state(spark, path, need_txns=False).configuration
-    if needs_column_mapping(rows.schema) and config.get("delta.columnMapping.mode", "none") == "none":
-        props = ", ".join(f"'{k}' = '{v}'" for k, v in _COLUMN_MAPPING.items())
-        spark.sql(f"alter table delta.{spark_ident(path)} set tblproperties ({props})")
-    with state_commit(spark, state):  # overwriteSchema: a resync takes the source's current columns
-        rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+    """Replace the table's contents (first sync or resync) in one commit carrying the state.
+
+    With the same columns the table keeps its schema (key columns NOT NULL). With other
+    columns it takes the source's, without the JDBC reader's field metadata; Delta then
+    makes every column nullable (it cannot set NOT NULL again). A column renamed to a name
+    that needs column mapping turns it on first."""
+    from pyspark.sql import functions as F
+
+    log = tablelog.read_state(spark, path, need_txns=False)
+    writer = rows.write.format("delta").mode("overwrite")
+    if schema_change(log.schema(), rows.schema) is not None:
+        if needs_column_mapping(rows.schema) and log.configuration.get("delta.columnMapping.mode", "none") == "none":
+            props = ", ".join(f"'{k}' = '{v}'" for k, v in _COLUMN_MAPPING.items())
+            spark.sql(f"alter table delta.{spark_ident(path)} set tblproperties ({props})")
+        # (coalesce of one column: the value unchanged, the JDBC reader's field metadata gone)
+        plain = rows.select(*[F.coalesce(F.col(spark_ident(c))).alias(c) for c in rows.columns])
+        writer = plain.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+    with state_commit(spark, state):
+        writer.save(path)
     return last_commit(spark, path, state)

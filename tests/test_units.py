@@ -79,18 +79,20 @@ def test_keys_fit_the_driver_path_only_when_held_as_integers_or_text(columns: li
     assert keys_fit_driver(table, columns) is fits
 
 
-def test_driver_file_statistics_count_nulls_and_bound_integer_columns() -> None:
+def test_driver_file_statistics_count_nulls_and_bound_orderable_columns() -> None:
+    """(Checked value by value against Delta's writer in test_fast_commits.py.)"""
     import json
 
     import pyarrow as pa
 
-    from pgcdc.engines.fast.driver_write import stats
+    from pgcdc.engines.fast.file_stats import collect
 
     table = pa.table({"id": pa.array([3, 1, None], pa.int64()), "s": ["a", None, "b"],
                       "l": pa.array([[1], None, [2]], pa.list_(pa.int32())), "n": pa.array([None] * 3, pa.int16())})
-    assert json.loads(stats(table)) == {
-        "numRecords": 3, "minValues": {"id": 1}, "maxValues": {"id": 3},
-        "nullCount": {"id": 1, "s": 1, "n": 3}, "tightBounds": True}
+    assert json.loads(collect(table, {}, "UTC", 32) or "") == {
+        "numRecords": 3, "minValues": {"id": 1, "s": "a"}, "maxValues": {"id": 3, "s": "b"},
+        "nullCount": {"id": 1, "s": 1, "l": 1, "n": 3}, "tightBounds": True}
+    assert collect(table, {"delta.dataSkippingStatsColumns": "id"}, "UTC", 32) is None
 
 
 def test_key_index_reads_like_the_parquet_file_and_is_made_again_when_damaged(tmp_path, monkeypatch) -> None:

@@ -5,7 +5,8 @@ Delta or JVM call pgcdc makes lives in this subpackage:
 - commit.py: the transaction (file list, deletion vectors, metrics, commit with the state);
 - deltalog.py: what the transaction reads from the Delta log (checksum answers);
 - driver_marks.py, key_index.py: a batch's old rows found on the driver (no Spark job);
-- driver_write.py: a small batch's rows written as one Parquet file by the driver.
+- driver_write.py: a small batch's rows written as one Parquet file by the driver, with
+  the statistics Delta's writer would collect (file_stats.py).
 
 It runs only where it was proven to write what Delta itself would (`untested`, `unfit`);
 `pgcdc.engines.Chooser` gives every other table to the merge engine.

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from py4j.protocol import Py4JJavaError
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from pgcdc.enrich import BatchRead
 
 _FILE, _ROW = "__pgcdc_file", "__pgcdc_row"
+T = TypeVar("T")
 BROADCAST_KEYS = 2_000_000
 
 
@@ -68,23 +70,48 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
     # those files (OPTIMIZE elsewhere) makes this commit fail instead of resurrecting rows.
     files = pylist(spark, read_all_files(txn))
     if keys is not None and not renames_columns(txn):
-        added, (files, vectors, num_keys) = alongside(  # the rows are written while the old ones are found
-            lambda: _write_rows(spark, txn, read, local_rows),
-            lambda: _found_on_driver(spark, txn, files, read, keys()))
-        return _apply(spark, path, txn, files, vectors, num_keys, read, state, before_commit, started, added)
+        (added, write_ms), ((files, vectors, found), scan_ms) = alongside(  # rows written while old ones are found
+            lambda: _timed(lambda: _write_rows(spark, txn, read, local_rows)),
+            lambda: _timed(lambda: _found_on_driver(spark, txn, files, read, keys())))
+        return _apply(spark, path, txn, files, vectors, found, read, state, before_commit,
+                      _Timing(started, scan_ms, write_ms), added)
     if bounds is not None:  # files whose key range misses the batch hold none of its keys
         files = files_overlapping(files, read.key_columns[0], *bounds)
     key_frame = read.keys.persist(StorageLevel.MEMORY_AND_DISK)  # read once from PostgreSQL: counted, then joined
     try:
         num_keys = key_frame.count()
-        vectors = _matched_rows(spark, txn, files, key_frame, num_keys, bounds)
-        return _apply(spark, path, txn, files, vectors, num_keys, read, state, before_commit, started)
+        vectors, scan_ms = _timed(lambda: _matched_rows(spark, txn, files, key_frame, num_keys, bounds))
+        return _apply(spark, path, txn, files, vectors, _Found(num_keys, bounds), read, state, before_commit,
+                      _Timing(started, scan_ms))
     finally:
         key_frame.unpersist()
 
 
+@dataclass
+class _Found:
+    """A batch's number of keys and their lowest and highest (of a one-column integer key)."""
+
+    keys: int
+    bounds: tuple[int, int] | None
+
+
+@dataclass
+class _Timing:
+    """When the batch started, and how long finding its old rows and writing its rows took (ms)."""
+
+    started: float
+    scan_ms: int
+    write_ms: int = 0
+
+
+def _timed(work: Callable[[], T]) -> tuple[T, int]:
+    began = time.monotonic()
+    result = work()
+    return result, int((time.monotonic() - began) * 1000)
+
+
 def _found_on_driver(spark: "SparkSession", txn: Any, files: list[Any], read: "BatchRead",
-                     keys: "pa.Array") -> tuple[list[Any], Any, int]:
+                     keys: "pa.Array") -> tuple[list[Any], Any, _Found]:
     """The files that may hold `keys` (by their key range), the deletion vectors over their
     rows of `keys` (found by the driver; by a Spark join if a file is not on the local file
     system), and the number of keys."""
@@ -98,7 +125,7 @@ def _found_on_driver(spark: "SparkSession", txn: Any, files: list[Any], read: "B
         vectors = _matched_rows(spark, txn, files, read.keys, len(keys), bounds)
     else:
         vectors = driver_marks.deletion_vectors(spark, txn, files, paths, read.key_columns[0], keys)
-    return files, vectors, len(keys)
+    return files, vectors, _Found(len(keys), bounds)
 
 
 def _write_rows(spark: "SparkSession", txn: Any, read: "BatchRead",
@@ -110,25 +137,73 @@ def _write_rows(spark: "SparkSession", txn: Any, read: "BatchRead",
     return added if added is not None else pylist(spark, txn.writeFiles(read.rows._jdf))
 
 
-def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], vectors: Any, num_keys: int,
-           read: "BatchRead", state: ConsumerState, before_commit: Callable[[], None], started: float,
+def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], vectors: Any, found: _Found,
+           read: "BatchRead", state: ConsumerState, before_commit: Callable[[], None], timing: _Timing,
            added: list[Any] | None = None) -> Written:
     """Commit the rows' new files (`added`, written by the driver; if None, Spark writes them
-    now) with the deletion vectors (`vectors`, over `files`) and the state."""
+    now) with the deletion vectors (`vectors`, over `files`) and the state, with a MERGE's
+    operation parameters and metrics."""
     removals, dv_metrics = _mark_deleted(spark, txn, files, vectors)
     if added is None:
-        added = _write_rows(spark, txn, read, None)
-    upserted = sum(json.loads(a.stats()).get("numRecords", 0) for a in added if a.stats())
+        written, timing.write_ms = _timed(lambda: _write_rows(spark, txn, read, None))
+    else:
+        written = added
+    added_json = [json.loads(a.json())["add"] for a in written]
+    upserted = sum(json.loads(a["stats"]).get("numRecords", 0) for a in added_json if a.get("stats"))
+    # Keys split into updated (old row and current row), deleted (old row, no current row) and
+    # inserted (current row only); the counts give them exactly unless a key had neither (inserted
+    # and deleted within the batch), which counts as deleted here and as nothing in Delta's MERGE.
+    matched = dv_metrics.get("numModifiedRows", 0)
+    deleted = min(matched, found.keys - upserted)
+    updated = matched - deleted
     _record_metrics(spark, txn, {
-        "operationNumSourceRows": num_keys, "numOutputRows": upserted, "numTargetRowsCopied": 0,
-        "numTargetFilesAdded": len(added), "numTargetFilesRemoved": dv_metrics.get("numRemovedFiles", 0),
+        "operationNumSourceRows": found.keys, "numOutputRows": upserted, "numTargetRowsCopied": 0,
+        "numTargetRowsInserted": upserted - updated, "numTargetRowsUpdated": updated,
+        "numTargetRowsDeleted": deleted, "numTargetRowsMatchedUpdated": updated,
+        "numTargetRowsMatchedDeleted": deleted, "numTargetRowsNotMatchedBySourceUpdated": 0,
+        "numTargetRowsNotMatchedBySourceDeleted": 0,
+        "numTargetFilesAdded": len(written), "numTargetFilesRemoved": dv_metrics.get("numRemovedFiles", 0),
+        "numTargetChangeFilesAdded": 0,
+        "numTargetBytesAdded": sum(int(a.get("size", 0)) for a in added_json),
+        "numTargetBytesRemoved": _bytes_removed(removals),
         "numTargetDeletionVectorsAdded": dv_metrics.get("numDeletionVectorsAdded", 0),
         "numTargetDeletionVectorsRemoved": dv_metrics.get("numDeletionVectorsRemoved", 0),
         "numTargetDeletionVectorsUpdated": dv_metrics.get("numDeletionVectorsUpdated", 0),
-        "executionTimeMs": int((time.monotonic() - started) * 1000)})
+        "scanTimeMs": timing.scan_ms, "rewriteTimeMs": timing.write_ms, "materializeSourceTimeMs": 0,
+        "executionTimeMs": int((time.monotonic() - timing.started) * 1000)})
     before_commit()
-    version = _commit(spark, path, txn, removals + added, state)
-    return Written(version, upserted, num_keys - upserted)  # deleted: keys without a current row
+    version = _commit(spark, path, txn, removals + written, state, _operation(spark, read.key_columns, found.bounds))
+    return Written(version, upserted, deleted)
+
+
+def _bytes_removed(actions: list[Any]) -> int:
+    """Bytes of the data files a commit removes outright (not re-added with a deletion vector)."""
+    parsed = [json.loads(a.json()) for a in actions]
+    readded = {p["add"]["path"] for p in parsed if "add" in p}
+    return sum(int(p["remove"].get("size") or 0) for p in parsed if "remove" in p and p["remove"]["path"] not in readded)
+
+
+def _operation(spark: "SparkSession", key_columns: list[str], bounds: tuple[int, int] | None) -> Any:
+    """The MERGE operation the merge engine's DeltaTable.merge records (pgcdc/engines/merge.py),
+    with the same predicates as text."""
+    from pgcdc.enrich import KEY_PREFIX
+
+    clauses = [f"({k} = {KEY_PREFIX}{k})" for k in key_columns]
+    if bounds is not None:
+        clauses.append(f"(({key_columns[0]} >= {int(bounds[0])}) AND ({key_columns[0]} <= {int(bounds[1])}))")
+    condition = clauses[0]
+    for clause in clauses[1:]:
+        condition = f"({condition} AND {clause})"
+    live = f"isnotnull({key_columns[0]})"
+    predicate = cls(spark, "org.apache.spark.sql.delta.DeltaOperations$MergePredicate")
+
+    def clause_list(*pairs: tuple[str, str]) -> Any:
+        return seq(spark, [predicate(jvm_some(spark, text), action) for text, action in pairs])
+    return cls(spark, "org.apache.spark.sql.delta.DeltaOperations$Merge")(
+        jvm_some(spark, getattr(cls(spark, "org.apache.spark.sql.catalyst.expressions.Literal$"), "MODULE$").apply(condition)),
+        *[jvm_none(spark)] * 3,
+        clause_list((f"isnull({key_columns[0]})", "delete"), (live, "update")), clause_list((live, "insert")),
+        seq(spark, []))
 
 
 def _matched_rows(spark: "SparkSession", txn: Any, files: list[Any], keys: "DataFrame", num_keys: int,
@@ -226,12 +301,11 @@ def _record_metrics(spark: "SparkSession", txn: Any, metrics: dict[str, int]) ->
     txn.registerSQLMetrics(spark._jsparkSession, scala_map(spark, registered))
 
 
-def _commit(spark: "SparkSession", path: str, txn: Any, actions: list[Any], state: ConsumerState) -> int:
-    """Commit the file actions with the consumer's txn mark and state, as a MERGE; the new version."""
+def _commit(spark: "SparkSession", path: str, txn: Any, actions: list[Any], state: ConsumerState,
+            operation: Any) -> int:
+    """Commit the file actions with the consumer's txn mark and state, as `operation`; the new version."""
     mark = cls(spark, "org.apache.spark.sql.delta.actions.SetTransaction")(
         app_id(state.consumer), state.batch, jvm_some(spark, cls(spark, "java.lang.Long").valueOf(int(time.time() * 1000))))
-    operation = cls(spark, "org.apache.spark.sql.delta.DeltaOperations$Merge")(*[jvm_none(spark)] * 4,
-                                                                             *[seq(spark, [])] * 3)
     faults.failpoint("before-commit")
     try:
         with state_commit(spark, state):  # its userMetadata goes into this commit's commitInfo

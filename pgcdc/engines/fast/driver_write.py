@@ -3,8 +3,7 @@
 A Spark job that writes 10k rows into a Delta table costs ~0.2 s on 2 cores (a plain
 Spark Parquet write ~0.17 s), whatever the rows; reading them over psycopg and writing
 them with pyarrow costs ~0.05 s. The file joins the batch's commit as the AddFile
-Spark's writer would have made, with statistics (row count; null counts of the scalar
-columns; min/max of the integer columns, which the key-range file skipping uses).
+Spark's writer would have made, with the statistics Delta's writer collects (file_stats.py).
 
 Only where the file is what Spark would store: columns of the types below (values
 converted by pyarrow from what psycopg reads, through the same SQL casts the JDBC read
@@ -21,7 +20,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from pgcdc.engines.fast import key_index
+from pgcdc.engines.fast import file_stats, key_index
 from pgcdc.jvm import cls
 
 if TYPE_CHECKING:
@@ -88,23 +87,6 @@ def _fits(txn: Any, table: "pa.Table") -> bool:
     return all(table.column(f["name"]).null_count == 0 for f in fields if not f["nullable"])
 
 
-def stats(table: "pa.Table") -> str:
-    """Delta's statistics of the file holding `table` (see the module docstring for which)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    mins, maxs, nulls = {}, {}, {}
-    for name, column in zip(table.column_names, table.columns):
-        if pa.types.is_nested(column.type):
-            continue
-        nulls[name] = column.null_count
-        if pa.types.is_integer(column.type) and column.null_count < len(column):
-            bounds = pc.min_max(column)
-            mins[name], maxs[name] = bounds["min"].as_py(), bounds["max"].as_py()
-    return json.dumps({"numRecords": table.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls,
-                       "tightBounds": True}, separators=(",", ":"))
-
-
 def write(spark: "SparkSession", txn: Any, table: "pa.Table", key_column: str) -> list[Any] | None:
     """Write `table` into the transaction's table as one Parquet file, and its key index
     (key_index.py, of `key_column`); its AddFile (in a list, as txn.writeFiles returns
@@ -112,6 +94,12 @@ def write(spark: "SparkSession", txn: Any, table: "pa.Table", key_column: str) -
     import pyarrow.parquet as pq
 
     if not _fits(txn, table):
+        return None
+    config = {str(k): str(v) for k, v in json.loads(txn.metadata().json())["metaData"].get("configuration", {}).items()}
+    stats = file_stats.collect(table, config, spark.conf.get("spark.sql.session.timeZone", "UTC") or "UTC",
+                               int(spark.conf.get("spark.databricks.delta.stats.skipping.strings.prefixLength", "32")
+                                   or 32))
+    if stats is None:
         return None
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     table_dir = txn.deltaLog().dataPath().toUri().getPath()
@@ -124,5 +112,5 @@ def write(spark: "SparkSession", txn: Any, table: "pa.Table", key_column: str) -
     info = os.stat(local)
     add = {"add": {"path": name, "partitionValues": {}, "size": info.st_size,
                    "modificationTime": int(info.st_mtime * 1000) or int(time.time() * 1000),
-                   "dataChange": True, "stats": stats(table)}}
+                   "dataChange": True, "stats": stats}}
     return [cls(spark, "org.apache.spark.sql.delta.actions.Action").fromJson(json.dumps(add))]
