@@ -79,7 +79,7 @@ def main() -> None:
                                 ingest={"jdbc_partitions": args.partitions, "max_keys_per_batch": 10_000_000,
                                         "max_events_per_batch": 100_000},
                                 spark={"conf": {"spark.driver.memory": "6g", "spark.sql.shuffle.partitions": "8"}})
-            spark = get_session(settings.spark)
+            spark = get_session(settings.spark, target_root=settings.target.root)
             say = lambda line: print("    " + line, flush=True)  # noqa: E731
 
             def job(engine: str, recopy_fraction: float = 0) -> Job:

@@ -70,7 +70,7 @@ def main() -> None:
             capture.attach(conn, "bench")
             settings = Settings(source={"dsn": pg.dsn()}, target={"root": str(work / "lake")}, consumer="bench",
                                 spark={"conf": {"spark.driver.memory": "4g"}})
-            spark = get_session(settings.spark)
+            spark = get_session(settings.spark, target_root=settings.target.root)
             ingest.run(settings, spark, say=lambda line: None)
             (t,) = capture.list_attached(conn)
             path = target_path(settings.target.root, t.name)

@@ -219,7 +219,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     with connect(settings.source.dsn) as conn:
         tables = select_tables(conn, args.tables or settings.tables)
     with connect(settings.source.dsn, reader=True) as conn:  # (row-level security off, names in pg_catalog)
-        results = verify(get_session(settings.spark), conn, settings.target.root, tables, settings.consumer)
+        spark = get_session(settings.spark, target_root=settings.target.root)
+        results = verify(spark, conn, settings.target.root, tables, settings.consumer)
     for r in results:
         print(r.line())
     return 0 if all(r.equal for r in results) else 1

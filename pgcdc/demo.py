@@ -78,7 +78,7 @@ def run_demo(lake: Path = Path(".demo/lake")) -> None:
             conn.execute(ROUND_1)
             say("writes: 10 customers became vip, 10 orders added")
 
-            spark = get_session(settings.spark)
+            spark = get_session(settings.spark, target_root=settings.target.root)
             say("ingest #1 (first sync copies each table, then applies queued changes)")
             run(settings, spark, say=lambda line: say("  " + line))
             conn.execute(ROUND_2)

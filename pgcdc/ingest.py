@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from pgcdc import access, capture, consumers, enrich, events, faults, tablelog, target
+from pgcdc import access, capture, consumers, enrich, events, faults, storage, tablelog, target
 from pgcdc.capture import AttachedTable
 from pgcdc.db import connect, jdbc_options
 from pgcdc.engines import BatchWork, Chooser, Engine
@@ -71,6 +71,7 @@ class Job:
         self.reader_dsn = settings.source.replica_dsn or settings.source.dsn
         self.reader_role = "source.replica_dsn" if settings.source.replica_dsn else "source.dsn"
         self.chooser = Chooser(spark, settings.ingest.engine)  # refuses an engine this Delta build cannot run
+        storage.check_root(spark, settings.target.root)  # a remote root answers (reading only) before any table
 
     @contextmanager
     def source(self, names: list[str], restored: bool = False) -> Iterator[tuple[psycopg.Connection, psycopg.Connection,
@@ -364,7 +365,7 @@ def run(settings: Settings, spark: "SparkSession | None" = None, say: Callable[[
 
     if spark is None:
         preflight(settings, settings.tables)
-    return Job(settings, spark or get_session(settings.spark), say).run()
+    return Job(settings, spark or get_session(settings.spark, target_root=settings.target.root), say).run()
 
 
 def resync(settings: Settings, tables: list[str], spark: "SparkSession | None" = None,
@@ -374,4 +375,4 @@ def resync(settings: Settings, tables: list[str], spark: "SparkSession | None" =
 
     if spark is None:
         preflight(settings, tables)
-    return Job(settings, spark or get_session(settings.spark), say).resync(tables, restored)
+    return Job(settings, spark or get_session(settings.spark, target_root=settings.target.root), say).resync(tables, restored)

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from pgcdc import storage
 from pgcdc.errors import SetupError
 from pgcdc.settings import SparkSettings
 
@@ -55,15 +56,16 @@ DEFAULT_CONF = {
 } | LOCAL_FILES_CONF
 
 
-def packages() -> str:
+def packages(target_root: str | None = None) -> str:
     """The Maven coordinates spark-submit needs for this environment's pyspark: Delta for the
-    installed delta-spark (built for Scala 2.13 from 4.0 on, 2.12 before) and the JDBC driver.
-    (A session pgcdc starts resolves the same through delta's configure_spark_with_delta_pip.)"""
+    installed delta-spark (built for Scala 2.13 from 4.0 on, 2.12 before), the JDBC driver,
+    and what the target root's storage needs (pgcdc.storage). (A session pgcdc starts
+    resolves the same through delta's configure_spark_with_delta_pip.)"""
     from importlib.metadata import version
 
     delta = version("delta-spark")
     scala = "2.13" if int(delta.split(".")[0]) >= 4 else "2.12"
-    return f"io.delta:delta-spark_{scala}:{delta},{POSTGRES_JDBC}"
+    return ",".join([f"io.delta:delta-spark_{scala}:{delta}", POSTGRES_JDBC, *storage.packages(target_root or "")])
 
 
 def java_major(java: str | None = None) -> int:
@@ -88,8 +90,10 @@ def check_java() -> None:
         raise SetupError(f"Java {major} found but Spark 4 needs Java {MIN_JAVA}+; install openjdk-17 and set JAVA_HOME")
 
 
-def get_session(settings: SparkSettings | None = None, app_name: str = "pgcdc") -> "SparkSession":
-    """The active session (spark-submit) or a new local one with Delta and the JDBC driver."""
+def get_session(settings: SparkSettings | None = None, app_name: str = "pgcdc",
+                target_root: str | None = None) -> "SparkSession":
+    """The active session (spark-submit) or a new local one with Delta, the JDBC driver and
+    what `target_root`'s storage needs (s3a://: Hadoop's S3A, pgcdc.storage)."""
     from delta import configure_spark_with_delta_pip
     from pyspark.sql import SparkSession
 
@@ -106,9 +110,11 @@ def get_session(settings: SparkSettings | None = None, app_name: str = "pgcdc") 
     check_java()
     settings = settings or SparkSettings()
     builder = SparkSession.builder.master(settings.master).appName(app_name)
-    for key, value in (DEFAULT_CONF | _log_store_conf(settings.conf) | settings.conf).items():
+    remote = storage.S3A_DEFAULTS if storage.scheme(target_root or "") == "s3a" else {}
+    for key, value in (DEFAULT_CONF | remote | _log_store_conf(settings.conf) | settings.conf).items():
         builder = builder.config(key, value)
-    builder = configure_spark_with_delta_pip(builder, extra_packages=[POSTGRES_JDBC])
+    builder = configure_spark_with_delta_pip(builder, extra_packages=[POSTGRES_JDBC,
+                                                                      *storage.packages(target_root or "")])
     with _without_secrets():  # the JVM inherits this process's environment: none of pgcdc's secrets
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")

@@ -46,14 +46,18 @@ class Written:
 
 def check_target_root(root: str) -> str:
     """Check that a local target root can hold Delta tables (it is made if missing); return
-    what was checked. TargetError if not. A remote root (s3a://, ...) is checked by Spark."""
+    what was checked. TargetError if not. A remote root (s3a://) is checked through Spark
+    (pgcdc.storage.check_root)."""
     import tempfile
 
     from pgcdc.state import local_folder
 
+    from pgcdc.storage import check_scheme
+
+    check_scheme(root)
     folder = local_folder(root)
     if folder is None:
-        return f"{root} (remote: checked when Spark first writes)"
+        return f"{root} (remote: checked once Spark starts)"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".pgcdc-check-"):
