@@ -1,19 +1,12 @@
-"""spark-submit entry point of the ingest job.
+"""The ingest job for spark-submit from a checkout; the same as the packaged entry point
+pgcdc/job.py (which `pgcdc submit-args` names, for any directory):
 
-    spark-submit --properties-file conf/spark-defaults.conf --jars "$(python -m pgcdc.logstore)" jobs/ingest.py [--config PATH]
-
-The same job as `pgcdc ingest`, in the session spark-submit provides. Settings come
-from --config / PGCDC_CONFIG and PGCDC_* variables (see conf/pgcdc.example.toml).
-Exit codes: 0 every table caught up; 2 a pgcdc error (one line on stderr); 1 another failure.
+    spark-submit $(pgcdc --config pgcdc.toml submit-args --job jobs/ingest.py) --config pgcdc.toml
 """
 
-import argparse
 import sys
 
-from pgcdc.cli import main
+from pgcdc.job import main
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description="pgcdc ingest job")
-    parser.add_argument("--config", metavar="PATH", help="TOML settings file (default: $PGCDC_CONFIG)")
-    args = parser.parse_args()
-    sys.exit(main((["--config", args.config] if args.config else []) + ["ingest"]))
+    sys.exit(main())

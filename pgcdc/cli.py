@@ -21,6 +21,16 @@ def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(args.config)
 
 
+def cmd_submit_args(args: argparse.Namespace) -> int:
+    """Print spark-submit's arguments (packages for target.root's storage, jars, confs, entry point)."""
+    import shlex
+
+    from pgcdc.spark import submit_args
+
+    print(shlex.join(submit_args(_settings(args).target.root, args.job)))
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     """Print the effective settings, secrets masked."""
     print(json.dumps(describe(_settings(args)), indent=2))
@@ -312,7 +322,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("detach", cmd_detach, "stop capturing a table")
     p.add_argument("table")
     add("list", cmd_list, "list attached tables")
-    add("ingest", cmd_ingest, "sync attached tables into Delta once (local Spark; see jobs/ingest.py for spark-submit)")
+    add("ingest", cmd_ingest, "sync attached tables into Delta once (local Spark; `submit-args` for spark-submit)")
+    p = add("submit-args", cmd_submit_args, "print spark-submit's arguments for the ingest job: "
+            "spark-submit $(pgcdc --config F submit-args) --config F")
+    p.add_argument("--job", metavar="PATH", help="entry point to name (default: the packaged pgcdc/job.py)")
     p = add("resync", cmd_resync, "copy tables into Delta again from scratch (after re-attach, restore, schema change)")
     p.add_argument("tables", nargs="+", metavar="TABLE")
     add("reset-watermark", cmd_reset_watermark,

@@ -68,6 +68,22 @@ def packages(target_root: str | None = None) -> str:
     return ",".join([f"io.delta:delta-spark_{scala}:{delta}", POSTGRES_JDBC, *storage.packages(target_root or "")])
 
 
+def submit_args(target_root: str | None = None, job: str | None = None) -> list[str]:
+    """spark-submit's arguments for the ingest job (before the job's own --config): the
+    packages, pgcdc's log store jar, the confs pgcdc's own sessions set (DEFAULT_CONF, the
+    S3A defaults for an s3a:// root) and the entry point (`job`, default the packaged
+    pgcdc/job.py). One place for versions and confs: a session pgcdc starts uses the same."""
+    from pathlib import Path
+
+    from pgcdc import job as entry, logstore
+
+    remote = storage.S3A_DEFAULTS if storage.scheme(target_root or "") == "s3a" else {}
+    confs = DEFAULT_CONF | remote | {"spark.delta.logStore.file.impl": logstore.CLASS}
+    return ["--packages", packages(target_root), "--jars", str(logstore.build()),
+            *[arg for key, value in confs.items() for arg in ("--conf", f"{key}={value}")],
+            job or str(Path(entry.__file__).resolve())]
+
+
 def java_major(java: str | None = None) -> int:
     """Major version of the `java` Spark will use (JAVA_HOME first, then PATH)."""
     home = os.environ.get("JAVA_HOME")
@@ -103,8 +119,8 @@ def get_session(settings: SparkSettings | None = None, app_name: str = "pgcdc",
     if "PYSPARK_GATEWAY_PORT" in os.environ:  # under spark-submit: master and jars come from its flags
         session = SparkSession.builder.appName(app_name).getOrCreate()
         if "Delta" not in (session.conf.get("spark.sql.extensions", "") or ""):
-            raise SetupError("spark-submit was started without Delta; pass --properties-file conf/spark-defaults.conf "
-                             "(it sets spark.jars.packages and the Delta extension)")
+            raise SetupError("spark-submit was started without Delta; pass the arguments `pgcdc submit-args` prints "
+                             "(packages, jars, the Delta extension)")
         _check_log_store(session)
         return session
     check_java()
@@ -155,7 +171,7 @@ def _log_store_conf(user: dict[str, str]) -> dict[str, str]:
 
 
 def _check_log_store(session: "SparkSession") -> None:
-    """Under spark-submit: the log store conf/spark-defaults.conf names must be on the classpath."""
+    """Under spark-submit: the log store `pgcdc submit-args` names must be on the classpath."""
     from py4j.protocol import Py4JJavaError
 
     from pgcdc import logstore
@@ -166,9 +182,8 @@ def _check_log_store(session: "SparkSession") -> None:
         jvm: Any = session._jvm
         jvm.org.apache.spark.util.Utils.classForName(logstore.CLASS, True, False)
     except Py4JJavaError:
-        raise SetupError(f"spark-submit cannot load {logstore.CLASS}, which conf/spark-defaults.conf names for local "
-                         'tables; pass --jars "$(python -m pgcdc.logstore)" (it builds the jar and prints its path)'
-                         ) from None
+        raise SetupError(f"spark-submit cannot load {logstore.CLASS}, the log store for local tables; pass the "
+                         "arguments `pgcdc submit-args` prints (its --jars builds the jar and names it)") from None
 
 
 if __name__ == "__main__":  # `python -m pgcdc.spark`: resolve the jars once and prove Delta works

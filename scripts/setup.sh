@@ -51,6 +51,22 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 say "python packages ok"
 
+# pyspark's spark-submit finds Spark (and runs the job) with the `python3` on PATH: from a shell
+# without the venv activated, that is not this venv's. Wrap it so `.venv/bin/spark-submit` uses
+# this venv's Python wherever it is called from (pip's own script kept as spark-submit.pyspark).
+if ! grep -q "pgcdc (scripts/setup.sh)" .venv/bin/spark-submit; then
+  mv .venv/bin/spark-submit .venv/bin/spark-submit.pyspark
+  cat > .venv/bin/spark-submit <<'WRAP'
+#!/usr/bin/env bash
+# pgcdc (scripts/setup.sh): pyspark's spark-submit (spark-submit.pyspark) with this venv's Python
+here="$(cd "$(dirname "$0")" && pwd)"
+export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$here/python}"
+export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$PYSPARK_PYTHON}"
+exec "$here/spark-submit.pyspark" "$@"
+WRAP
+  chmod +x .venv/bin/spark-submit
+fi
+
 say "resolving Spark jars (Delta Lake, PostgreSQL JDBC); downloads only on the first run"
 .venv/bin/python -m pgcdc.spark >/dev/null 2>.venv/jars.log || { tail -n 20 .venv/jars.log >&2; die "could not start Spark with Delta (log: .venv/jars.log)"; }
 say "spark + delta ok"

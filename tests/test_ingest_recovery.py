@@ -63,10 +63,10 @@ def test_killed_after_merge_then_rerun_applies_each_change_once(db: psycopg.Conn
     # the re-run goes through spark-submit, the entry point users schedule
     venv_bin = str(Path(sys.executable).parent)
     env = os.environ | {"PATH": venv_bin + os.pathsep + os.environ["PATH"], "PYSPARK_PYTHON": sys.executable}
-    from pgcdc import logstore
+    from pgcdc.spark import submit_args
 
-    proc = subprocess.run([shutil.which("spark-submit", path=venv_bin), "--properties-file", "conf/spark-defaults.conf",
-                           "--jars", str(logstore.build()), "jobs/ingest.py", "--config", str(cfg)],
+    proc = subprocess.run([shutil.which("spark-submit", path=venv_bin), *submit_args(job="jobs/ingest.py"),
+                           "--config", str(cfg)],
                           capture_output=True, text=True, env=env,
                           cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -22,3 +22,37 @@ def test_wheel_holds_every_module_sql_file_and_java_source(tmp_path: Path) -> No
     want |= {"pgcdc/sql/" + str(p.relative_to(REPO / "sql")) for p in (REPO / "sql").rglob("*")
              if p.suffix in (".sql", ".txt")}
     assert want - names == set()
+
+
+def test_spark_submit_runs_the_packaged_job_from_anywhere_without_the_venv_activated(db, syncer, tmp_path: Path) -> None:
+    """The documented line, from a directory outside the checkout, in a shell whose PATH has no
+    venv and no PYSPARK_PYTHON: `.venv/bin/spark-submit $(.venv/bin/pgcdc --config F submit-args)
+    --config F` syncs the table (the job file is the package's own pgcdc/job.py)."""
+    import os
+    import shlex
+
+    import psycopg
+
+    from pgcdc import capture
+
+    db.execute("create table t (id int primary key, v text)")
+    db.execute("insert into t select i, 'v' || i from generate_series(1, 20) i")
+    capture.attach(db, "t")
+    cfg = tmp_path / "pgcdc.toml"
+    cfg.write_text(f'consumer = "test"\n[source]\ndsn = "{syncer.dsn}"\n[target]\nroot = "{syncer.root}"\n')
+    bin_dir = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items() if k in ("HOME", "JAVA_HOME", "LANG", "TMPDIR")}
+    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    args = subprocess.run([str(bin_dir / "pgcdc"), "--config", str(cfg), "submit-args"], cwd=outside, env=env,
+                          capture_output=True, text=True, check=True).stdout
+    job = shlex.split(args)[-1]
+    assert job.endswith("pgcdc/job.py") and not job.startswith(str(REPO / "jobs"))
+    proc = subprocess.run([str(bin_dir / "spark-submit"), *shlex.split(args), "--config", str(cfg)], cwd=outside,
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "public.t: copied 20 rows" in proc.stdout
+    with psycopg.connect(syncer.dsn) as conn:
+        want = set(conn.execute("select id, v from t").fetchall())
+    assert {tuple(r) for r in syncer.delta("public.t").select("id", "v").collect()} == want

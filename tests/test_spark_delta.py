@@ -32,19 +32,18 @@ def test_jdbc_reads_postgres(spark, conn, dsn: str) -> None:
 
 
 def test_local_tables_keep_deltas_files_and_commit_rules_without_hadoop_side_files(spark, tmp_path: Path) -> None:
-    """LOCAL_FILES_CONF (pgcdc's sessions and spark-submit's properties file): Delta still
+    """LOCAL_FILES_CONF (pgcdc's sessions and spark-submit's arguments, `pgcdc submit-args`): Delta still
     writes its commits and checksum files, refuses to write a version that exists, and
     Hadoop writes no ".crc" side files next to them."""
     import py4j.protocol
     import pytest
 
     from pgcdc.jvm import seq
-    from pgcdc.spark import LOCAL_FILES_CONF
+    from pgcdc.spark import LOCAL_FILES_CONF, submit_args
 
-    conf_file = Path(__file__).parents[1] / "conf" / "spark-defaults.conf"
-    submitted = dict(line.split(None, 1) for line in conf_file.read_text().splitlines()
-                     if line.strip() and not line.startswith("#"))
-    assert {k: submitted.get(k, "").strip() for k in LOCAL_FILES_CONF} == LOCAL_FILES_CONF
+    args = submit_args()
+    submitted = dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "--conf")
+    assert {k: submitted.get(k) for k in LOCAL_FILES_CONF} == LOCAL_FILES_CONF
 
     path = tmp_path / "t"
     spark.range(3).write.format("delta").save(str(path))
