@@ -46,7 +46,7 @@ stamp=.venv/.pgcdc-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   say "installing Python packages (pyspark, delta-spark, psycopg, pyarrow, numpy, pydantic-settings, pytest, chispa)"
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e ".[test]"
+  .venv/bin/pip install -q -e ".[test,local]"
   touch "$stamp"
 fi
 say "python packages ok"
