@@ -122,6 +122,7 @@ def get_session(settings: SparkSettings | None = None, app_name: str = "pgcdc",
             raise SetupError("spark-submit was started without Delta; pass the arguments `pgcdc submit-args` prints "
                              "(packages, jars, the Delta extension)")
         _check_log_store(session)
+        _apply_at_runtime(session, (settings or SparkSettings()).conf)
         return session
     check_java()
     settings = settings or SparkSettings()
@@ -135,6 +136,23 @@ def get_session(settings: SparkSettings | None = None, app_name: str = "pgcdc",
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def _apply_at_runtime(session: "SparkSession", conf: dict[str, str]) -> None:
+    """Under spark-submit, the [spark] conf of the settings that a running session can still
+    take: Hadoop's (`spark.hadoop.*`, e.g. the S3A keys, which stay out of spark-submit's
+    command line) and SQL confs. The rest is fixed once spark-submit started: pgcdc says so."""
+    import sys
+
+    hadoop = session.sparkContext._jsc.hadoopConfiguration()
+    for key, value in conf.items():
+        if key.startswith("spark.hadoop."):
+            hadoop.set(key[len("spark.hadoop."):], value)
+        elif key.startswith(("spark.sql.", "spark.databricks.")):
+            session.conf.set(key, value)
+        else:
+            print(f"pgcdc: warning: [spark] conf {key} is ignored under spark-submit (fixed when it starts); "
+                  f"pass it as --conf {key}=...", file=sys.stderr)
 
 
 # Environment variables that hold secrets pgcdc uses on the Python side only (the JVM gets the
