@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from pgcdc import access, capture, consumers, enrich, events, faults, storage, tablelog, target
+from pgcdc import access, capture, catalog, consumers, enrich, events, faults, storage, tablelog, target
 from pgcdc.capture import AttachedTable
 from pgcdc.db import connect, jdbc_options
 from pgcdc.engines import BatchWork, Chooser, Engine
@@ -133,6 +133,8 @@ class Job:
         if not target.is_delta(self.spark, path):  # (only ever created in an empty place)
             target.create_table(self.spark, path, source, t.key_columns, s.consumer, t.name, s.target)
         target.check_owner(self.spark, path, s.consumer, None if recorded else t.name)
+        if s.target.database and (name := catalog.register(self.spark, s.target.database, t.name, path)):
+            self.say(f"{t.name}: registered in the catalog as {name}")
         gone = tablelog.missing_files(self.spark, path)
         if gone:
             raise TargetError(f"{path} references data files that are gone ({', '.join(gone)}, ...): it cannot be read; "

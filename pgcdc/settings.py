@@ -52,6 +52,10 @@ class TargetSettings(BaseModel):
     )
     row_tracking: bool = Field(
         default=False, description="create tables with row tracking (stable row ids; applied by the merge engine)")
+    database: str | None = Field(
+        default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="also register each table in the Spark session's catalog as <database>.<schema>_<table> "
+        "(created if missing; a persistent catalog needs e.g. spark.sql.catalogImplementation = hive)")
 
 
 class IngestSettings(BaseModel):
