@@ -25,5 +25,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return cli((["--config", args.config] if args.config else []) + ["ingest"])
 
 
-if __name__ == "__main__":
+def entry() -> None:
+    """Entry point for runners that call a function (a wheel task): exits with main's code."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()
