@@ -25,10 +25,17 @@ def cmd_submit_args(args: argparse.Namespace) -> int:
     """Print spark-submit's arguments (packages for target.root's storage, jars, confs, entry point)."""
     import shlex
 
-    from pgcdc.spark import submit_args
+    from pgcdc.submit import submit_args
 
     print(shlex.join(submit_args(_settings(args).target.root, args.job)))
     return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    """spark-submit the ingest job with this environment's pyspark and Python."""
+    from pgcdc.submit import run
+
+    return run(_settings(args).target.root, args.config, [a for a in args.spark_args if a != "--"])
 
 
 def cmd_config(args: argparse.Namespace) -> int:
@@ -326,6 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("submit-args", cmd_submit_args, "print spark-submit's arguments for the ingest job: "
             "spark-submit $(pgcdc --config F submit-args) --config F")
     p.add_argument("--job", metavar="PATH", help="entry point to name (default: the packaged pgcdc/job.py)")
+    p = add("submit", cmd_submit, "run the ingest job through spark-submit with this environment's pyspark and "
+            "Python (any directory, venv not activated); spark-submit options follow, e.g. --master spark://...")
+    p.add_argument("spark_args", nargs=argparse.REMAINDER, help="options passed to spark-submit first")
     p = add("resync", cmd_resync, "copy tables into Delta again from scratch (after re-attach, restore, schema change)")
     p.add_argument("tables", nargs="+", metavar="TABLE")
     add("reset-watermark", cmd_reset_watermark,

@@ -68,22 +68,6 @@ def packages(target_root: str | None = None) -> str:
     return ",".join([f"io.delta:delta-spark_{scala}:{delta}", POSTGRES_JDBC, *storage.packages(target_root or "")])
 
 
-def submit_args(target_root: str | None = None, job: str | None = None) -> list[str]:
-    """spark-submit's arguments for the ingest job (before the job's own --config): the
-    packages, pgcdc's log store jar, the confs pgcdc's own sessions set (DEFAULT_CONF, the
-    S3A defaults for an s3a:// root) and the entry point (`job`, default the packaged
-    pgcdc/job.py). One place for versions and confs: a session pgcdc starts uses the same."""
-    from pathlib import Path
-
-    from pgcdc import job as entry, logstore
-
-    remote = storage.S3A_DEFAULTS if storage.scheme(target_root or "") == "s3a" else {}
-    confs = DEFAULT_CONF | remote | {"spark.delta.logStore.file.impl": logstore.CLASS}
-    return ["--packages", packages(target_root), "--jars", str(logstore.build()),
-            *[arg for key, value in confs.items() for arg in ("--conf", f"{key}={value}")],
-            job or str(Path(entry.__file__).resolve())]
-
-
 def java_major(java: str | None = None) -> int:
     """Major version of the `java` Spark will use (JAVA_HOME first, then PATH)."""
     home = os.environ.get("JAVA_HOME")

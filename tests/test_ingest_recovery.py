@@ -63,7 +63,7 @@ def test_killed_after_merge_then_rerun_applies_each_change_once(db: psycopg.Conn
     # the re-run goes through spark-submit, the entry point users schedule
     venv_bin = str(Path(sys.executable).parent)
     env = os.environ | {"PATH": venv_bin + os.pathsep + os.environ["PATH"], "PYSPARK_PYTHON": sys.executable}
-    from pgcdc.spark import submit_args
+    from pgcdc.submit import submit_args
 
     proc = subprocess.run([shutil.which("spark-submit", path=venv_bin), *submit_args(job="jobs/ingest.py"),
                            "--config", str(cfg)],

@@ -39,7 +39,8 @@ def test_local_tables_keep_deltas_files_and_commit_rules_without_hadoop_side_fil
     import pytest
 
     from pgcdc.jvm import seq
-    from pgcdc.spark import LOCAL_FILES_CONF, submit_args
+    from pgcdc.spark import LOCAL_FILES_CONF
+    from pgcdc.submit import submit_args
 
     args = submit_args()
     submitted = dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "--conf")
