@@ -23,7 +23,13 @@ from pathlib import Path
 from pgcdc.errors import SetupError
 
 CLASS = "io.pgcdc.storage.LocalLinkLogStore"
-DELTA_VERSION = "4.0.1"  # the delta-storage jar it is compiled against (pyproject.toml's delta-spark)
+
+
+def _delta_version() -> str:
+    """The delta-storage version it is compiled against: the installed delta-spark's."""
+    from importlib.metadata import version
+
+    return version("delta-spark")
 
 
 def _cache_dir() -> Path:
@@ -37,7 +43,7 @@ def _source() -> str:
 
 def jar_path() -> Path:
     """Where the jar of this source and Delta version lives (whether built or not)."""
-    digest = hashlib.sha256((_source() + DELTA_VERSION).encode()).hexdigest()[:12]
+    digest = hashlib.sha256((_source() + _delta_version()).encode()).hexdigest()[:12]
     return _cache_dir() / f"pgcdc-logstore-{digest}.jar"
 
 
@@ -45,10 +51,12 @@ def _classpath() -> str:
     """delta-storage (from the Ivy cache Spark fills) and Hadoop's API (from pyspark's jars)."""
     import pyspark
 
-    storage = glob.glob(str(Path.home() / ".ivy2.5.2" / "jars" / f"io.delta_delta-storage-{DELTA_VERSION}.jar"))
+    # (Spark 4 keeps its Ivy cache in ~/.ivy2.5.2, Spark 3.5 in ~/.ivy2)
+    storage = [found for ivy in (".ivy2.5.2", ".ivy2") for found in
+               glob.glob(str(Path.home() / ivy / "jars" / f"io.delta_delta-storage-{_delta_version()}.jar"))][:1]
     hadoop = glob.glob(str(Path(pyspark.__file__).parent / "jars" / "hadoop-client-api-*.jar"))
     if not storage or not hadoop:
-        raise SetupError(f"cannot build pgcdc's Delta log store yet: delta-storage {DELTA_VERSION} is not in the Ivy "
+        raise SetupError(f"cannot build pgcdc's Delta log store yet: delta-storage {_delta_version()} is not in the Ivy "
                          "cache (run `make setup`, or start Spark once with `python -m pgcdc.spark`)")
     return os.pathsep.join(storage + hadoop)
 
