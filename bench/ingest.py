@@ -15,6 +15,12 @@ times, on a table of --rows rows, both engines (docs/engines.md) on the same tab
      writes a checkpoint every 100 commits of pgcdc's tables), each engine vs a full
      reload (JDBC read of the whole table plus a Delta overwrite) and vs the public recipe
      a user would write: a JDBC read of the changed rows plus DeltaTable.merge.
+With --target s3 it then times the same on an s3a:// target on a throwaway local S3 server
+(pgcdc.locals3: moto on loopback, so no network latency, unlike a real bucket), where auto
+picks the merge engine:
+  4. a first sync into S3 against a plain JDBC read + Delta write into S3 (alternating);
+  5. --small changed rows spread over the table, applied by the merge engine into S3 and,
+     for the same changes (another consumer), into the local folder.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import argparse
 import shutil
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import psycopg
@@ -31,6 +38,7 @@ from pgcdc import capture
 from pgcdc.db import jdbc_options
 from pgcdc.ingest import Job
 from pgcdc.localpg import LocalPostgres
+from pgcdc.locals3 import running as s3_running
 from pgcdc.settings import Settings
 from pgcdc.spark import get_session
 
@@ -55,6 +63,8 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4, help="JDBC partitions for every read")
     ap.add_argument("--repeat", type=int, default=2, help="rounds of the large measurements")
     ap.add_argument("--small-rounds", type=int, default=10, help="rounds of each small batch")
+    ap.add_argument("--target", choices=["local", "s3"], default="local",
+                    help="s3: also the merge engine into a local S3 server, beside the local figures")
     args = ap.parse_args()
     every = max(1, args.rows // args.changes)
     small_every = max(1, args.rows // args.small)
@@ -63,7 +73,9 @@ def main() -> None:
     pg = LocalPostgres(Path(tempfile.mkdtemp(prefix="pgcdc-bench-pg-")),
                        settings={"shared_buffers": "1GB", "max_wal_size": "8GB"})
     pg.start()
+    stack = ExitStack()
     try:
+        s3 = stack.enter_context(s3_running(work)) if args.target == "s3" else None
         with psycopg.connect(pg.dsn(), autocommit=True) as conn:
             print(f"loading {args.rows} rows ...", flush=True)
             conn.execute("create table bench (id bigint primary key, a int not null, b text not null, "
@@ -78,8 +90,9 @@ def main() -> None:
             settings = Settings(source={"dsn": pg.dsn()}, target={"root": str(lake)}, consumer="bench",
                                 ingest={"jdbc_partitions": args.partitions, "max_keys_per_batch": 10_000_000,
                                         "max_events_per_batch": 100_000},
-                                spark={"conf": {"spark.driver.memory": "6g", "spark.sql.shuffle.partitions": "8"}})
-            spark = get_session(settings.spark, target_root=settings.target.root)
+                                spark={"conf": {"spark.driver.memory": "6g", "spark.sql.shuffle.partitions": "8"}
+                                       | (s3.spark_conf() if s3 else {})})
+            spark = get_session(settings.spark, target_root=s3.root("lake") if s3 else settings.target.root)
             say = lambda line: print("    " + line, flush=True)  # noqa: E731
 
             def job(engine: str, recopy_fraction: float = 0) -> Job:
@@ -145,6 +158,7 @@ def main() -> None:
             reload = [timed("full reload: JDBC read of the whole table + Delta overwrite",
                             lambda: jdbc_read("true").write.format("delta").mode("overwrite")
                             .save(str(work / "reload"))) for _ in range(args.repeat)]
+            remote = s3_rounds(args, conn, settings, spark, s3, jdbc_read, merge, say) if s3 else None
         print(f"\nresults ({args.rows} rows, {args.partitions} JDBC partitions, local[2]; means over the rounds, "
               "checkpoints included):")
         print(f"  first sync / plain copy                          = {mean(first) / mean(plain):5.2f}x  "
@@ -162,10 +176,43 @@ def main() -> None:
                   f"({mean(t['merge']):.2f}s; goal <= 2x)")
             print(f"  {args.small} {name}: public recipe / merge engine   = {mean(t['recipe']) / mean(t['merge']):5.2f}x  "
                   f"({mean(t['recipe']):.2f}s; goal >= 3x)")
+        if remote is not None:
+            print(f"  on S3 (local server, no network latency): first sync / plain copy into S3 = "
+                  f"{mean(remote['first']) / mean(remote['plain']):5.2f}x ({mean(remote['first']):.1f}s / "
+                  f"{mean(remote['plain']):.1f}s)")
+            print(f"  {args.small} spread: merge engine into S3 / into the local folder = "
+                  f"{mean(remote['s3']) / mean(remote['local']):5.2f}x ({mean(remote['s3']):.2f}s / "
+                  f"{mean(remote['local']):.2f}s)")
         spark.stop()
     finally:
+        stack.close()
         pg.stop(remove=True)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def s3_rounds(args, conn, settings, spark, s3, jdbc_read, local_merge, say) -> dict[str, list[float]]:
+    """Sections 4 and 5 (see the module docstring): the merge engine into S3."""
+    on_s3 = Job(settings.model_copy(update={"consumer": "bench_s3", "target": settings.target.model_copy(
+        update={"root": s3.root("lake")})}), spark, say=say)
+    plain_path = s3.root("plain")
+    print(f"\n[4] first sync into S3 ({s3.endpoint}), alternating with a plain copy into S3", flush=True)
+    timed("first sync into S3 (pgcdc ingest: creates the table)", on_s3.run)
+    out: dict[str, list[float]] = {"first": [], "plain": [], "s3": [], "local": []}
+    for r in range(args.repeat):
+        pair = [("first", "first sync into S3 again (pgcdc resync)", lambda: on_s3.resync(["public.bench"])),
+                ("plain", "plain copy into S3: JDBC read + Delta write",
+                 lambda: jdbc_read("true").write.format("delta").mode("overwrite").save(plain_path))]
+        for into, label, fn in (pair if r % 2 == 0 else pair[::-1]):
+            out[into].append(timed(label, fn))
+    every = max(1, args.rows // args.small)
+    local_merge.run()  # (both consumers start level)
+    print(f"\n[5] {args.small} changed rows (every {every}th row), merge engine: S3 and local, "
+          f"{args.small_rounds} rounds", flush=True)
+    for r in range(args.small_rounds):
+        conn.execute(f"update bench set a = a + 1 where id % {every} = {1 + r % every}")
+        out["s3"].append(timed("pgcdc ingest into S3, merge engine", on_s3.run))
+        out["local"].append(timed("pgcdc ingest into the local folder, merge engine", local_merge.run))
+    return out
 
 
 if __name__ == "__main__":
