@@ -46,10 +46,15 @@ def check_scheme(root: str) -> None:
 
 
 def hadoop_version() -> str:
-    """The Hadoop version pyspark ships (its hadoop-client-api jar)."""
+    """The Hadoop version pyspark ships (its hadoop-client-api jar: in SPARK_HOME's jars under
+    spark-submit, where pyspark is imported from a zip; else beside the installed pyspark)."""
+    import os
+
     import pyspark
 
-    jars = sorted(Path(pyspark.__file__).parent.joinpath("jars").glob("hadoop-client-api-*.jar"))
+    homes = [Path(os.environ["SPARK_HOME"])] if os.environ.get("SPARK_HOME") else []
+    homes.append(Path(pyspark.__file__).parent)
+    jars = sorted(j for home in homes for j in home.joinpath("jars").glob("hadoop-client-api-*.jar"))
     if not jars:
         raise ConfigError("pyspark ships no hadoop-client-api jar; pass the hadoop-aws jar matching your Spark's "
                           "Hadoop with spark-submit --packages")
@@ -88,9 +93,12 @@ def explain(root: str, error: Any) -> str:
     text = _messages(error)
     bucket = root.split("://", 1)[1].split("/", 1)[0]
     if "No FileSystem for scheme" in text or "S3AFileSystem not found" in text or "ClassNotFound" in text:
-        return (f"target.root {root}: Spark has no s3a file system on its classpath; pgcdc resolves "
-                f"org.apache.hadoop:hadoop-aws:{hadoop_version()} for its own sessions; under spark-submit add it to "
-                "--packages (pgcdc submit-args prints them)")
+        try:
+            jar = f"org.apache.hadoop:hadoop-aws:{hadoop_version()}"
+        except ConfigError:
+            jar = "org.apache.hadoop:hadoop-aws (your Spark's Hadoop version)"
+        return (f"target.root {root}: Spark has no s3a file system on its classpath; pgcdc resolves {jar} for "
+                "its own sessions; under spark-submit add it to --packages (pgcdc submit-args prints them)")
     if re.search(r"NoSuchBucket|UnknownStoreException|bucket \S+ does not exist", text, re.IGNORECASE):
         return f"target.root {root}: bucket {bucket} does not exist; create it or point target.root at another bucket"
     if re.search(r"InvalidAccessKeyId|SignatureDoesNotMatch|AccessDenied|403|Forbidden|credential", text,

@@ -5,6 +5,7 @@ with a plain Spark reader and with delta-rs over S3, never through pgcdc."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -88,3 +89,32 @@ def test_unusable_s3_target_fails_in_one_line_and_writes_nothing(db: psycopg.Con
     assert db.execute("select count(*) from pgcdc.consumer_state").fetchone()[0] == 0
     if fault == "keys":
         assert not s3_server.client().list_objects_v2(Bucket=bucket).get("Contents")
+
+
+def test_spark_without_the_s3a_jar_fails_in_one_line(db: psycopg.Connection, dsn: str, s3_server: S3Server,
+                                                     tmp_path) -> None:
+    """spark-submit started without hadoop-aws (the arguments of a local root) against an
+    s3a:// root: one line naming --packages, exit code 2, nothing written."""
+    import os
+    import subprocess
+    import sys
+
+    from pgcdc.submit import submit_args
+
+    db.execute("create table t (id int primary key)")
+    db.execute("insert into t values (1)")
+    capture.attach(db, "t")
+    prefix = _prefix("nojar")
+    conf = "\n".join(f'"{k}" = "{v}"' for k, v in s3_server.spark_conf().items())
+    cfg = tmp_path / "pgcdc.toml"
+    cfg.write_text(f'consumer = "nojar"\n[source]\ndsn = "{dsn}"\n[target]\nroot = "{s3_server.root(prefix)}"\n'
+                   f"[spark.conf]\n{conf}\n")
+    spark_submit = str(Path(sys.executable).parent / "spark-submit")
+    proc = subprocess.run([spark_submit, *submit_args(None), "--config", str(cfg)], cwd=tmp_path,
+                          env=os.environ | {"PYSPARK_PYTHON": sys.executable}, capture_output=True, text=True)
+    said = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("pgcdc: error")]
+    assert proc.returncode == 2 and len(said) == 1, proc.stderr[-2000:]
+    assert "has no s3a file system on its classpath" in said[0] and "--packages" in said[0]
+    assert s3_server.secret_key not in proc.stdout + proc.stderr
+    assert _keys(s3_server, prefix) == []
+    assert db.execute("select count(*) from pgcdc.consumer_state").fetchone()[0] == 0
