@@ -15,7 +15,7 @@ import re
 from typing import TYPE_CHECKING
 
 from pgcdc.errors import TargetError
-from pgcdc.target import spark_ident
+from pgcdc.target import spark_ident, split_name
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -23,10 +23,8 @@ if TYPE_CHECKING:
 
 def catalog_name(database: str, table: str) -> str:
     """`database.schema_table` for the PostgreSQL table `table` (schema-qualified, as pgcdc names it)."""
-    from pgcdc.target import target_path
-
-    folder = target_path("/", table).rsplit("/", 1)[1]  # "<schema>.<table>", unquoted
-    name = folder.replace(".", "_", 1).lower()
+    schema, table_name = split_name(table)
+    name = f"{schema}_{table_name}".lower()
     if not re.fullmatch(r"[a-z0-9_]+", name):
         raise TargetError(f"{table} cannot be registered as {database}.{name}: catalog names take a-z, 0-9 and _ "
                           "only; rename the table, or sync it without [target] database")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pgcdc.errors import SetupError
+from pgcdc.localpg import free_port
 
 BUCKET = "pgcdc-test"
 _SETUP_REQUESTS = 3  # create the user, its policy, its access key
@@ -52,18 +52,12 @@ class S3Server:
         return f"s3a://{self.bucket}/{prefix}"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def running(log_dir: Path) -> Iterator[S3Server]:
     """Start the server (its log in `log_dir`), make its user and bucket; stop it after."""
     import boto3
 
-    port = _free_port()
+    port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     log = log_dir / "moto.log"
     server = Path(sys.executable).parent / "moto_server"

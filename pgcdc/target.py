@@ -71,7 +71,7 @@ def check_target_root(root: str) -> str:
 def target_path(root: str, table: str) -> str:
     """Where a table lands: <root>/<schema>.<table>, names as in PostgreSQL (unquoted);
     a relative local root is taken from the current directory."""
-    schema, name = _split(table)
+    schema, name = split_name(table)
     folder = f"{schema}.{name}".replace("/", "%2F")
     return f"{target_root(root)}/{folder}"
 
@@ -83,7 +83,7 @@ def target_root(root: str) -> str:
     return (root if "://" in root else str(Path(root).resolve())).rstrip("/")
 
 
-def _split(table: str) -> tuple[str, str]:
+def split_name(table: str) -> tuple[str, str]:
     """Split a canonical 'schema.table' name (either part may be "quoted") into raw names."""
     parts = re.findall(r'"((?:[^"]|"")*)"|([^."]+)', table)
     names = [q.replace('""', '"') if q else p for q, p in parts]

@@ -17,9 +17,8 @@ import pytest
 
 from fixtures.cluster import Cluster
 from fixtures.s3 import S3Server
+from fixtures.wheel import build_wheel
 from pgcdc import capture
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _submit(cluster: Cluster, cfg: Path, wheel: Path, cwd: Path) -> str:
@@ -38,10 +37,7 @@ def _submit(cluster: Cluster, cfg: Path, wheel: Path, cwd: Path) -> str:
 def test_ingest_on_a_standalone_cluster_into_s3_equals_postgres(db: psycopg.Connection, dsn: str, spark,
                                                                 spark_cluster: Cluster, s3_server: S3Server,
                                                                 tmp_path: Path) -> None:
-    wheel_dir = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheel_dir), str(REPO)],
-                   check=True, capture_output=True)
-    wheel = next(wheel_dir.glob("pgcdc-*.whl"))
+    wheel = build_wheel(tmp_path / "dist")
     root = s3_server.root(f"cluster-{tmp_path.name}")
     conf = "\n".join(f'"{k}" = "{v}"' for k, v in s3_server.spark_conf().items())
     cfg = tmp_path / "pgcdc.toml"

@@ -9,14 +9,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from fixtures.wheel import REPO, build_wheel
 
-
-def _wheel(into: Path) -> Path:
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w",
-                            str(into), str(REPO)], capture_output=True, text=True, check=True)
-    assert "Package would be ignored" not in built.stdout + built.stderr
-    return next(into.glob("pgcdc-*.whl"))
 
 
 def _plain_env() -> dict[str, str]:
@@ -50,7 +44,7 @@ def _check(syncer) -> None:
 
 
 def test_wheel_holds_every_module_sql_file_and_java_source(tmp_path: Path) -> None:
-    wheel = _wheel(tmp_path)
+    wheel = build_wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     want = {str(p.relative_to(REPO)) for p in (REPO / "pgcdc").rglob("*") if p.suffix in (".py", ".java")}
     want |= {"pgcdc/sql/" + str(p.relative_to(REPO / "sql")) for p in (REPO / "sql").rglob("*")
@@ -85,7 +79,7 @@ def test_installed_wheel_runs_the_job_with_no_checkout(db, syncer, tmp_path: Pat
     through spark-submit and syncs the table."""
     import venv
 
-    wheel = _wheel(tmp_path / "dist")
+    wheel = build_wheel(tmp_path / "dist")
     env_dir = tmp_path / "fresh"
     venv.create(env_dir, with_pip=True)
     subprocess.run([str(env_dir / "bin" / "pip"), "install", "-q", f"{wheel}[local]"], check=True, capture_output=True)

@@ -68,11 +68,10 @@ def arrow_rows(rows: list[tuple[Any, ...]] | None, schema: "StructType") -> "pa.
     return pa.Table.from_arrays(arrays, names=[f.name for f in schema.fields])
 
 
-def _fits(txn: Any, table: "pa.Table") -> bool:
+def _fits(txn: Any, metadata: dict[str, Any], table: "pa.Table") -> bool:
     """True if writing `table` as a plain file is all Delta's writer would do for this table.
     (Read from the actions' JSON: two Py4J calls instead of ~100.)"""
     protocol = json.loads(txn.protocol().json())["protocol"]
-    metadata = json.loads(txn.metadata().json())["metaData"]
     config, fields = metadata.get("configuration", {}), json.loads(metadata["schemaString"])["fields"]
     uri = txn.deltaLog().dataPath().toUri()
     if (protocol.get("minWriterVersion") != 7 or set(protocol.get("writerFeatures", [])) - FEATURES
@@ -93,9 +92,10 @@ def write(spark: "SparkSession", txn: Any, table: "pa.Table", key_column: str) -
     them), or None where Spark's writer has to do it."""
     import pyarrow.parquet as pq
 
-    if not _fits(txn, table):
+    metadata = json.loads(txn.metadata().json())["metaData"]  # (the table's metadata action, read once)
+    if not _fits(txn, metadata, table):
         return None
-    config = {str(k): str(v) for k, v in json.loads(txn.metadata().json())["metaData"].get("configuration", {}).items()}
+    config = {str(k): str(v) for k, v in metadata.get("configuration", {}).items()}
     stats = file_stats.collect(table, config, spark.conf.get("spark.sql.session.timeZone", "UTC") or "UTC",
                                int(spark.conf.get("spark.databricks.delta.stats.skipping.strings.prefixLength", "32")
                                    or 32))
