@@ -10,6 +10,7 @@ from pathlib import Path
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from pgcdc import __version__, errors, log
 from pgcdc.errors import PgcdcError
 from pgcdc.settings import Settings, describe, load_settings
 
@@ -17,8 +18,17 @@ if TYPE_CHECKING:
     import psycopg
 
 
+def _print_json(data: object) -> None:
+    """One JSON document on stdout (times as ISO 8601)."""
+    from datetime import datetime
+
+    print(json.dumps(data, indent=2, default=lambda v: v.isoformat() if isinstance(v, datetime) else str(v)))
+
+
 def _settings(args: argparse.Namespace) -> Settings:
-    return load_settings(args.config)
+    settings = load_settings(args.config)
+    log.redact(settings)
+    return settings
 
 
 def cmd_submit_args(args: argparse.Namespace) -> int:
@@ -160,6 +170,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     with _source(args) as conn:
         tables = capture.list_attached(conn)
+    if args.json:
+        _print_json([{"table": t.name, "key": t.key_columns, "where": t.predicate, "shard": t.shard} for t in tables])
+        return 0
     if not tables:
         print("no tables attached; run `pgcdc attach SCHEMA.TABLE`")
         return 0
@@ -176,7 +189,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Capture and sync health at a glance; exit 1 when something needs attention (for schedulers)."""
     from pgcdc.db import connect
     from pgcdc.errors import SourceError
-    from pgcdc.status import status_report
+    from pgcdc.status import status_data, status_report
 
     settings = _settings(args)
     problems = []
@@ -189,16 +202,30 @@ def cmd_status(args: argparse.Namespace) -> int:
         except SourceError as exc:
             problems.append(f"the replica cannot be reached: {exc}")
     with connect(settings.source.dsn) as conn:
-        report, healthy = status_report(conn, problems)
-    print(report)
-    return 0 if healthy else 1
+        if args.json:
+            data = status_data(conn, problems)
+            _print_json(data)
+            healthy = data["healthy"]
+        else:
+            report, healthy = status_report(conn, problems)
+            print(report)
+    return errors.OK if healthy else errors.ATTENTION
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    """Run the ingest job once with a local Spark session."""
+    """Run the ingest job once (or, --follow, until stopped) with a local Spark session (or
+    spark-submit's)."""
     from pgcdc.ingest import run
 
     settings = _settings(args)
+    if args.follow:
+        from pgcdc.follow import follow
+        from pgcdc.runs import preflight
+        from pgcdc.spark import get_session
+
+        preflight(settings, settings.tables)
+        return follow(settings, get_session(settings.spark, target_root=settings.target.root), args.interval,
+                      args.compact_every, args.metrics_port, args.metrics_address)
     reports = run(settings)
     if reports:
         print(f"ingest done for consumer {settings.consumer}: {len(reports)} table(s) in sync up to their watermark")
@@ -225,6 +252,20 @@ def cmd_reset_watermark(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compact(args: argparse.Namespace) -> int:
+    """OPTIMIZE and VACUUM the consumer's Delta tables, holding its lock."""
+    from pgcdc.compact import compact
+    from pgcdc.runs import preflight
+    from pgcdc.spark import get_session
+
+    settings = _settings(args)
+    preflight(settings, args.tables, lock=False)
+    done = compact(settings, get_session(settings.spark, target_root=settings.target.root), args.tables,
+                   args.retain_hours)
+    print(f"compacted {len(done)} table(s) of consumer {settings.consumer}")
+    return 0
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     """Compare Delta tables with PostgreSQL; exit 1 if any differs."""
     from pgcdc.db import connect
@@ -238,9 +279,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     with connect(settings.source.dsn, reader=True) as conn:  # (row-level security off, names in pg_catalog)
         spark = get_session(settings.spark, target_root=settings.target.root)
         results = verify(spark, conn, settings.target.root, tables, settings.consumer)
-    for r in results:
-        print(r.line())
-    return 0 if all(r.equal for r in results) else 1
+    if args.json:
+        from dataclasses import asdict
+
+        _print_json([asdict(r) | {"equal": r.equal} for r in results])
+    else:
+        for r in results:
+            print(r.line())
+    return errors.OK if all(r.equal for r in results) else errors.ATTENTION
 
 
 def cmd_consumers(args: argparse.Namespace) -> int:
@@ -264,6 +310,12 @@ def cmd_consumers(args: argparse.Namespace) -> int:
             return 0
         found = consumers.list_consumers(conn)
         max_age, max_size = consumers.retention(conn)
+    if args.json:
+        from dataclasses import asdict
+
+        _print_json({"consumers": [asdict(c) for c in found],
+                     "retention": {"max_age": max_age, "max_size": max_size}})
+        return 0
     if not found:
         print("no consumers yet; `pgcdc ingest` registers one (settings `consumer`)")
     else:
@@ -300,9 +352,47 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_follow_options(p: argparse.ArgumentParser) -> None:
+    """`ingest`'s options (also the spark-submit entry point's)."""
+    p.add_argument("--follow", action="store_true", help="keep syncing until SIGTERM/Ctrl-C: a run as soon as the "
+                   "queue holds work (docs/operations.md)")
+    p.add_argument("--interval", type=_positive, default=1.0, metavar="SECONDS",
+                   help="--follow: how often to check the queue while idle (default 1)")
+    p.add_argument("--compact-every", type=_positive, metavar="SECONDS",
+                   help="--follow: run `pgcdc compact` between runs this often")
+    p.add_argument("--metrics-port", type=int, metavar="PORT", help="--follow: serve Prometheus metrics on this port")
+    p.add_argument("--metrics-address", default="127.0.0.1", metavar="ADDRESS",
+                   help="--follow: the address to serve them on (default 127.0.0.1; 0.0.0.0 for every interface)")
+
+
+def _positive(value: str) -> float:
+    number = float(value)
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number of seconds")
+    return number
+
+
+def _version() -> str:
+    """pgcdc's version and the Spark/Delta pair it runs with."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return f"pgcdc {__version__} (pyspark {of('pyspark')}, delta-spark {of('delta-spark')}, Python {sys.version.split()[0]})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pgcdc", description="Keep Delta Lake tables in sync with PostgreSQL tables.")
     parser.add_argument("--config", metavar="PATH", help="TOML settings file (default: $PGCDC_CONFIG)")
+    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--log-level", choices=log.LEVELS, type=str.upper,
+                        help="least level of the log on stderr (default: $PGCDC_LOG_LEVEL, else INFO)")
+    parser.add_argument("--log-format", choices=log.FORMATS,
+                        help="text lines, or one JSON object per line (default: $PGCDC_LOG_FORMAT, else text)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, func: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
@@ -328,8 +418,16 @@ def build_parser() -> argparse.ArgumentParser:
     kind.add_argument("--admin", action="store_true", help="also attach, detach, consumers drop, retention")
     p = add("detach", cmd_detach, "stop capturing a table")
     p.add_argument("table")
-    add("list", cmd_list, "list attached tables")
-    add("ingest", cmd_ingest, "sync attached tables into Delta once (local Spark; `submit-args` for spark-submit)")
+    p = add("list", cmd_list, "list attached tables")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p = add("ingest", cmd_ingest, "sync attached tables into Delta once, or --follow (local Spark; `submit` for "
+            "spark-submit)")
+    add_follow_options(p)
+    p = add("compact", cmd_compact, "OPTIMIZE and VACUUM the consumer's Delta tables (never beside its ingest)")
+    p.add_argument("tables", nargs="*", metavar="TABLE", help="default: the configured (or all attached) tables")
+    p.add_argument("--retain-hours", type=float, metavar="HOURS",
+                   help="VACUUM keeps files older versions need for this long (default and minimum: the table's "
+                        "delta.deletedFileRetentionDuration, 7 days unless set)")
     p = add("submit-args", cmd_submit_args, "print spark-submit's arguments for the ingest job: "
             "spark-submit $(pgcdc --config F submit-args) --config F")
     p.add_argument("--job", metavar="PATH", help="entry point to name (default: the packaged pgcdc/job.py)")
@@ -342,11 +440,14 @@ def build_parser() -> argparse.ArgumentParser:
         "after a database restore or a failover to a lagging standby: copy every synced table again")
     p = add("verify", cmd_verify, "compare Delta tables with PostgreSQL row by row (exit 1 if any differs)")
     p.add_argument("tables", nargs="*", metavar="TABLE", help="default: the configured (or all attached) tables")
-    add("status", cmd_status, "show whether capture and sync are healthy (exit 1: attention needed)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p = add("status", cmd_status, "show whether capture and sync are healthy (exit 1: attention needed)")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p = add("consumers", cmd_consumers, "list consumers with their lag; `consumers drop NAME --yes` forgets one")
     p.add_argument("action", nargs="?", choices=["list", "drop"], default="list")
     p.add_argument("name", nargs="?", help="the consumer to drop")
     p.add_argument("--yes", action="store_true", help="confirm a drop")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p = add("retention", cmd_retention, "show or set how far a consumer may fall behind before it must resync")
     p.add_argument("--max-age", metavar="INTERVAL", help="e.g. '7 days'; 'none' for no limit")
     p.add_argument("--max-size", metavar="SIZE", help="queue size, e.g. '20 GB'; 'none' for no limit")
@@ -356,12 +457,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit code is one of pgcdc.errors' (OK, ATTENTION, USAGE, BUSY, FAILURE)."""
     args = build_parser().parse_args(argv)
     try:
+        log.setup(args.log_level, args.log_format)
         return args.func(args)
     except PgcdcError as exc:
         print(f"pgcdc: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except KeyboardInterrupt:
         print("pgcdc: interrupted; nothing half-written stays behind, the next run resumes", file=sys.stderr)
         return 130
@@ -374,7 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # re-run gets further depends on the cause, which `pgcdc status` keeps too)
         print(f"pgcdc: error: {first_line(exc)}; no batch was half-applied; fix the cause and run it again "
               "(`pgcdc status` names the failed tables); set PGCDC_DEBUG=1 for the full traceback", file=sys.stderr)
-        return 1
+        return errors.FAILURE
 
 
 if __name__ == "__main__":

@@ -57,7 +57,18 @@ def connect(dsn: SecretStr | str, *, role: str = "source.dsn", autocommit: bool 
     except psycopg.OperationalError as exc:
         reason = libpq_reason(scrub(str(exc), raw))
         raise SourceError(f"cannot connect to PostgreSQL via {role} ({masked_dsn(raw)}): {reason}; "
-                          "check host, port, user and password") from None
+                          "check host, port, user and password", transient=is_transient(reason)) from None
+
+
+# libpq's words for a server that may answer later (down, restarting, unreachable for now)
+_TRANSIENT = ("connection refused", "timeout expired", "could not connect", "server closed the connection",
+              "the database system is starting up", "the database system is shutting down",
+              "the database system is in recovery mode", "no such file or directory", "too many clients")
+
+
+def is_transient(reason: str) -> bool:
+    """Whether a connection failure may pass by itself (not a refused login or a bad DSN)."""
+    return any(word in reason.lower() for word in _TRANSIENT)
 
 
 def libpq_reason(message: str) -> str:

@@ -80,11 +80,11 @@ def run_demo(lake: Path = Path(".demo/lake")) -> None:
 
             spark = get_session(settings.spark, target_root=settings.target.root)
             say("ingest #1 (first sync copies each table, then applies queued changes)")
-            run(settings, spark, say=lambda line: say("  " + line))
+            run(settings, spark)
             conn.execute(ROUND_2)
             say("writes: 2 inserts, orders shipped, 5 customers deleted (with their orders), a primary key change")
             say("ingest #2 (only the changed keys are read and applied)")
-            run(settings, spark, say=lambda line: say("  " + line))
+            run(settings, spark)
 
             results = verify(spark, conn, settings.target.root, select_tables(conn, []))
             for r in results:

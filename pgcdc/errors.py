@@ -11,12 +11,24 @@ object at fault and say what to do next; they never contain secrets.
     ├── SchemaError      (RuntimeError)     pgcdc schema missing or of another version
     ├── TableError       (LookupError)      unknown table, no primary key, not attached
     ├── TargetError      (RuntimeError)     Delta table unusable (other consumer, schema drift)
+    │   └── ConflictError                   another writer committed to the table mid-batch
     └── BusyError        (RuntimeError)     another job holds the consumer
+
+Every command exits with one of the codes below, the same in every command (docs/operations.md):
+a scheduler retries FAILURE and BUSY, and pages a person for ATTENTION and USAGE.
 """
+
+OK = 0  # done; healthy
+ATTENTION = 1  # the command ran and found something a person must look at (status, verify)
+USAGE = 2  # bad arguments or settings, or something pgcdc refuses until a person acts
+BUSY = 3  # another run holds the consumer: try again later
+FAILURE = 4  # the run failed part-way (nothing half-applied); a retry may get further
 
 
 class PgcdcError(Exception):
     """Base of every error pgcdc raises on purpose."""
+
+    exit_code = USAGE
 
 
 class ConfigError(PgcdcError, ValueError):
@@ -28,7 +40,12 @@ class SetupError(PgcdcError, RuntimeError):
 
 
 class SourceError(PgcdcError, ConnectionError):
-    """PostgreSQL cannot be reached or refuses the login."""
+    """PostgreSQL cannot be reached or refuses the login; `transient`: it may answer later
+    (refused, timed out, restarting), unlike a refused login or a malformed DSN."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.exit_code = FAILURE if transient else USAGE
 
 
 class SchemaError(PgcdcError, RuntimeError):
@@ -43,5 +60,14 @@ class TargetError(PgcdcError, RuntimeError):
     """A Delta target cannot be written safely (owned elsewhere, incompatible schema)."""
 
 
+class ConflictError(TargetError):
+    """Another writer committed to a Delta table while a batch was applied; the batch did not
+    land and the next run applies it again."""
+
+    exit_code = FAILURE
+
+
 class BusyError(PgcdcError, RuntimeError):
     """Another job is already running for the same consumer."""
+
+    exit_code = BUSY

@@ -9,15 +9,18 @@ pgcdc/engines; the bookkeeping around a run is in pgcdc/runs.py.
 
 from __future__ import annotations
 
+import logging
 import time
+from datetime import datetime
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 import psycopg
 
 from pgcdc import access, capture, catalog, consumers, enrich, events, faults, storage, tablelog, target
+from pgcdc.log import fields
 from pgcdc.capture import AttachedTable
 from pgcdc.db import connect, jdbc_options
 from pgcdc.engines import BatchWork, Chooser, Engine
@@ -30,6 +33,8 @@ from pgcdc.tableplan import columns_changed, copy_reason, next_step
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+_log = logging.getLogger(__name__)
 
 
 class _Behind(Exception):
@@ -53,6 +58,10 @@ class TableReport:
     copied: int | None = None  # rows of a first sync
     watermark: int = 0
     pending_events: int = 0
+    oldest_pending: datetime | None = None  # when the oldest event not applied yet was queued
+
+    def fields(self) -> dict[str, object]:
+        return {"record": "table"} | asdict(self)
 
     def line(self) -> str:
         what = f"copied {self.copied} rows, then " if self.copied is not None else ""
@@ -64,14 +73,30 @@ class TableReport:
 class Job:
     """One ingest run for one consumer."""
 
-    def __init__(self, settings: Settings, spark: "SparkSession", say: Callable[[str], None] = print) -> None:
+    def __init__(self, settings: Settings, spark: "SparkSession", say: Callable[[str], None] | None = None,
+                 following: bool = False) -> None:
+        """`say`: also hand every INFO line to this (tests keep them); `following`: a follower's
+        runs, where a table's routine lines (engine, nothing to do) are DEBUG."""
         self.settings = settings
         self.spark = spark
-        self.say = say
+        self.sink = say
+        self.following = following
+        self.stopping: Callable[[], bool] = lambda: False  # a follower's stop request, seen between batches
+        self.table_ids: dict[str, int] = {}  # the last run's tables
         self.reader_dsn = settings.source.replica_dsn or settings.source.dsn
         self.reader_role = "source.replica_dsn" if settings.source.replica_dsn else "source.dsn"
         self.chooser = Chooser(spark, settings.ingest.engine)  # refuses an engine this Delta build cannot run
         storage.check_root(spark, settings.target.root)  # a remote root answers (reading only) before any table
+
+    def say(self, message: str, level: int = logging.INFO, **values: object) -> None:
+        """Log one line (with machine-readable `values` for the JSON format)."""
+        _log.log(level, message, extra=fields(**values))
+        if self.sink is not None and level >= logging.INFO:
+            self.sink(message)
+
+    def routine(self, message: str) -> None:
+        """A line a follower repeats every run: DEBUG there, INFO in a single run."""
+        self.say(message, logging.DEBUG if self.following else logging.INFO)
 
     @contextmanager
     def source(self, names: list[str], restored: bool = False) -> Iterator[tuple[psycopg.Connection, psycopg.Connection,
@@ -92,35 +117,66 @@ class Job:
             yield primary, reader, tables, jdbc_options(reader), capture.identity(reader)
 
     def run(self) -> list[TableReport]:
+        """Sync every table once; raise the first table's failure after trying them all."""
+        reports, failed = self.run_tables()
+        if failed:
+            raise next(iter(failed.values()))  # (every failed table was named in the log and is in `pgcdc status`)
+        return reports
+
+    def run_tables(self, skip: frozenset[str] = frozenset()) -> tuple[list[TableReport], dict[str, Exception]]:
+        """Sync every table once, except `skip` (tables a follower holds back after failures):
+        the reports, and the tables that failed with their errors. One table's failure never
+        holds the others back; a lost connection or an interrupt ends the run."""
+        began = time.monotonic()
         with self.source(self.settings.tables) as (primary, reader, tables, jdbc, identity):
+            self.table_ids = {t.name: t.table_id for t in tables}
             if not tables:
                 self.say("no tables attached; run `pgcdc attach SCHEMA.TABLE` first")
-                return []
+                return [], {}
             with reader.transaction():
                 start = events.take_snapshot(reader)
             record_run(primary, self.settings.consumer, started=True)
             reports: list[TableReport] = []
-            failed: list[tuple[str, Exception]] = []
+            failed: dict[str, Exception] = {}
             try:
                 for t in tables:
+                    if self.stopping():
+                        break
+                    if t.name in skip:
+                        continue
                     try:
                         reports.append(self.sync_table(primary, reader, jdbc, identity, t))
                     except Exception as exc:  # one table's problem never holds the others back
-                        self.say(f"{t.name}: FAILED: {first_line(exc)}")
-                        failed.append((t.name, exc))
+                        if primary.broken or reader.broken:
+                            raise  # (the connection itself: no other table can go on)
+                        self.say(f"{t.name}: FAILED: {first_line(exc)}", logging.ERROR, record="table_failed",
+                                 table=t.name, error=first_line(exc))
+                        failed[t.name] = exc
                 for action, part in capture.maintain(primary):
-                    self.say(f"queue: {action} {part}")
+                    self.routine(f"queue: {action} {part}")
             except BaseException as exc:
                 with suppress(psycopg.Error):  # (the connection may be what failed)
                     record_run(primary, self.settings.consumer, error=first_line(exc))
                 raise
-            if failed:
-                summary = "; ".join(f"{name}: {first_line(exc)}" for name, exc in failed)
-                record_run(primary, self.settings.consumer, error=f"{len(failed)} of {len(tables)} table(s) failed: "
-                                                                   f"{summary}")
-                raise failed[0][1]  # (every failed table was named above and is in `pgcdc status`)
-            record_run(primary, self.settings.consumer, start_txmin=start.txmin)
-        return reports
+            if failed or skip:
+                held = [name for name in skip if name in {t.name for t in tables}]
+                summary = "; ".join([f"{name}: {first_line(exc)}" for name, exc in failed.items()]
+                                    + [f"{name}: held back after failures" for name in held])
+                record_run(primary, self.settings.consumer,
+                           error=f"{len(failed) + len(held)} of {len(tables)} table(s) failed: {summary}")
+            else:  # (a run stopped part-way leaves the txmin all tables reached before)
+                record_run(primary, self.settings.consumer, start_txmin=None if self.stopping() else start.txmin)
+        seconds = round(time.monotonic() - began, 3)
+        busy = any(r.batches or r.copied is not None for r in reports)
+        _log.log(logging.INFO if busy or failed or not self.following else logging.DEBUG,
+                 "run of consumer %s: %d table(s) synced, %d failed; %d events in %d batches (%.2f s)",
+                 self.settings.consumer, len(reports), len(failed), sum(r.events for r in reports),
+                 sum(r.batches for r in reports), seconds,
+                 extra=fields(record="run", consumer=self.settings.consumer, tables=len(reports), failed=sorted(failed),
+                               batches=sum(r.batches for r in reports), events=sum(r.events for r in reports),
+                               upserted=sum(r.upserted for r in reports), deleted=sum(r.deleted for r in reports),
+                               seconds=seconds))
+        return reports, failed
 
     def sync_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
                    identity: str, t: AttachedTable) -> TableReport:
@@ -141,7 +197,7 @@ class Job:
                               "was it vacuumed with its retention check off while pgcdc wrote it? Run "
                               f"`pgcdc resync {t.name}` to write it again")
         choice = self.chooser.choose(path)
-        self.say(f"{t.name}: {choice.line()}")
+        self.routine(f"{t.name}: {choice.line()}")
         why = copy_reason(primary, self.spark, s, t, path, source)
         if why is not None:
             self.say(f"{t.name}: {why}: copying the table again")
@@ -197,6 +253,8 @@ class Job:
                     report.batches += 1
             if batch.next_txid is None or batch.next_txid >= self.horizon(start):  # (None: caught up)
                 break
+            if self.stopping():
+                break
         return self.finish(primary, reader, state, path, report, choice.engine)
 
     def finish(self, primary: psycopg.Connection, reader: psycopg.Connection, state: ConsumerState, path: str,
@@ -207,8 +265,11 @@ class Job:
         if engine is not None:
             engine.finish(path)
         report.watermark = state.watermark
-        report.pending_events = pending(reader, state)
-        self.say(report.line())
+        report.pending_events, report.oldest_pending = pending(reader, state)
+        if report.batches or report.copied is not None:
+            self.say(report.line(), logging.INFO, **report.fields())
+        else:
+            self.routine(report.line())
         return report
 
     def moved(self, path: str, state: ConsumerState, batch: events.Batch | None) -> ConsumerState:
@@ -325,6 +386,7 @@ class Job:
                     report: TableReport) -> ConsumerState:
         """Apply one batch with `engine`, then copy its state next to the table and into PostgreSQL."""
         s = self.settings.ingest
+        began = time.monotonic()
         partitions = enrich.batch_partitions(batch.keys, s.small_batch_keys, s.jdbc_partitions,
                                              self.spark.sparkContext.defaultParallelism)
         new_state = batch.next_state(state)
@@ -341,6 +403,12 @@ class Job:
                                          lambda: mark_committing(primary, new_state, path)))
         faults.failpoint("after-merge")
         self.committed(primary, path, new_state)
+        seconds = round(time.monotonic() - began, 3)
+        self.say(f"{t.name}: batch {new_state.batch} applied by {engine.name}: {batch.events} events, {batch.keys} keys, "
+                 f"{written.upserted} upserted, {written.deleted} deleted; watermark {new_state.watermark} "
+                 f"({seconds:.2f} s)", record="batch", table=t.name, batch=new_state.batch, engine=engine.name,
+                 events=batch.events, keys=batch.keys, upserted=written.upserted, deleted=written.deleted,
+                 watermark=new_state.watermark, seconds=seconds)
         report.batches += 1
         report.events += batch.events
         report.upserted += written.upserted
@@ -361,7 +429,8 @@ def _moved(state: ConsumerState, batch: events.Batch | None) -> ConsumerState:
     return state if batch is None else replace(batch.next_state(state), batch=state.batch, run_id=state.run_id)
 
 
-def run(settings: Settings, spark: "SparkSession | None" = None, say: Callable[[str], None] = print) -> list[TableReport]:
+def run(settings: Settings, spark: "SparkSession | None" = None,
+        say: Callable[[str], None] | None = None) -> list[TableReport]:
     """Run the ingest job once (creates a local Spark session unless given one)."""
     from pgcdc.spark import get_session
 
@@ -371,7 +440,7 @@ def run(settings: Settings, spark: "SparkSession | None" = None, say: Callable[[
 
 
 def resync(settings: Settings, tables: list[str], spark: "SparkSession | None" = None,
-           say: Callable[[str], None] = print, restored: bool = False) -> list[TableReport]:
+           say: Callable[[str], None] | None = None, restored: bool = False) -> list[TableReport]:
     """Copy tables again from scratch into their Delta tables (see Job.resync)."""
     from pgcdc.spark import get_session
 

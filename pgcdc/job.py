@@ -5,8 +5,9 @@ it from any directory, with or without a checkout:
 
 (`pgcdc submit-args` prints the packages, jars and confs, then this file's path.) The same
 job as `pgcdc ingest`, in the session spark-submit provides. Settings come from --config /
-PGCDC_CONFIG and PGCDC_* variables (conf/pgcdc.example.toml). Exit codes: 0 every table
-caught up; 2 a pgcdc error (one line on stderr); 1 another failure.
+PGCDC_CONFIG and PGCDC_* variables (conf/pgcdc.example.toml); `--follow` and the other
+options of `pgcdc ingest` work here too. Exit codes: those of `pgcdc` (pgcdc/errors.py,
+docs/operations.md).
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ from collections.abc import Sequence
 def main(argv: Sequence[str] | None = None) -> int:
     from pgcdc.cli import main as cli
 
-    parser = argparse.ArgumentParser(description="pgcdc ingest job (spark-submit)")
+    parser = argparse.ArgumentParser(description="pgcdc ingest job (spark-submit); the options of `pgcdc ingest`")
     parser.add_argument("--config", metavar="PATH", help="TOML settings file (default: $PGCDC_CONFIG)")
-    args = parser.parse_args(argv)
-    return cli((["--config", args.config] if args.config else []) + ["ingest"])
+    parser.add_argument("--log-level")
+    parser.add_argument("--log-format")
+    args, ingest = parser.parse_known_args(argv)
+    top = [arg for name in ("config", "log_level", "log_format") if getattr(args, name)
+           for arg in (f"--{name.replace('_', '-')}", getattr(args, name))]
+    return cli([*top, "ingest", *ingest])
 
 
 def entry() -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import re
 from contextlib import suppress
+from datetime import datetime
 
 import psycopg
 
-from pgcdc import capture, target
+from pgcdc import capture, consumers, target
 from pgcdc.capture import AttachedTable
 from pgcdc.db import connect
 from pgcdc.errors import TableError, TargetError
@@ -62,12 +63,14 @@ def check_state(primary: psycopg.Connection, state: ConsumerState, identity: str
                           f"has no record of: {regressed}")
 
 
-def pending(reader: psycopg.Connection, state: ConsumerState) -> int:
-    """Events of the table not applied yet (above the watermark, outside the out-of-order set)."""
-    rows = reader.execute("select q.txid::text::bigint, count(*) from pgcdc.commit_queue q "
+def pending(reader: psycopg.Connection, state: ConsumerState) -> tuple[int, datetime | None]:
+    """Events of the table not applied yet (above the watermark, outside the out-of-order set),
+    and when the oldest of them was queued."""
+    rows = reader.execute("select q.txid::text::bigint, count(*), min(q.at) from pgcdc.commit_queue q "
                           "where q.table_id = %s and q.txid >= %s::text::xid8 group by 1",
                           (state.table_id, str(state.watermark))).fetchall()
-    return sum(n for txid, n in rows if txid not in state.out_of_order)
+    left = [(n, at) for txid, n, at in rows if txid not in state.out_of_order]
+    return sum(n for n, _ in left), min((at for _, at in left), default=None)
 
 
 def record_run(primary: psycopg.Connection, consumer: str, *, started: bool = False, error: str | None = None,
@@ -101,9 +104,13 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__
 
 
-def preflight(settings: Settings, tables: list[str]) -> None:
-    """What can be checked without Spark, before its 20-30 s start: the source answers, pgcdc is
-    installed at the right version, the tables to sync are attached, a local target is writable."""
+def preflight(settings: Settings, tables: list[str], lock: bool = True) -> None:
+    """What can be checked without Spark, before its 10-30 s start: the source answers, pgcdc is
+    installed at the right version, the tables to sync are attached, no other run holds the
+    consumer (`lock`; BusyError within seconds; the run takes the lock again once Spark is up),
+    a local target is writable."""
     with connect(settings.source.dsn) as conn:
         select_tables(conn, tables)
+        if lock:
+            consumers.lock(conn, settings.consumer)  # (released with the connection)
     target.check_target_root(settings.target.root)

@@ -7,6 +7,7 @@ spark-submit the session already exists and keeps its own master.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -21,6 +22,8 @@ from pgcdc.settings import SparkSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+_log = logging.getLogger(__name__)
 
 POSTGRES_JDBC = "org.postgresql:postgresql:42.7.5"
 MIN_JAVA = 17
@@ -54,6 +57,17 @@ DEFAULT_CONF = {
     "spark.driver.memory": "2g",
     "spark.sql.debug.maxToStringFields": "1000",
 } | LOCAL_FILES_CONF
+
+
+def log_conf(user: dict[str, str] | None = None) -> dict[str, str]:
+    """The driver JVM's options with pgcdc's log4j2.properties (Spark's log at WARN) before any
+    the settings give (a -Dlog4j2.configurationFile of theirs comes later and wins)."""
+    from pathlib import Path
+
+    config = Path(__file__).with_name("log4j2.properties").resolve()
+    options = " ".join(filter(None, [f"-Dlog4j2.configurationFile=file:{config}",
+                                     (user or {}).get("spark.driver.extraJavaOptions")]))
+    return {"spark.driver.extraJavaOptions": options}
 
 
 def packages(target_root: str | None = None) -> str:
@@ -112,7 +126,8 @@ def get_session(settings: SparkSettings | None = None, app_name: str = "pgcdc",
     settings = settings or SparkSettings()
     builder = SparkSession.builder.master(settings.master).appName(app_name)
     remote = storage.S3A_DEFAULTS if storage.scheme(target_root or "") == "s3a" else {}
-    for key, value in (DEFAULT_CONF | remote | _log_store_conf(settings.conf) | settings.conf).items():
+    confs = DEFAULT_CONF | remote | _log_store_conf(settings.conf) | settings.conf | log_conf(settings.conf)
+    for key, value in confs.items():
         builder = builder.config(key, value)
     builder = configure_spark_with_delta_pip(builder, extra_packages=[POSTGRES_JDBC,
                                                                       *storage.packages(target_root or "")])
@@ -126,8 +141,6 @@ def _apply_at_runtime(session: "SparkSession", conf: dict[str, str]) -> None:
     """Under spark-submit, the [spark] conf of the settings that a running session can still
     take: Hadoop's (`spark.hadoop.*`, e.g. the S3A keys, which stay out of spark-submit's
     command line) and SQL confs. The rest is fixed once spark-submit started: pgcdc says so."""
-    import sys
-
     hadoop = session.sparkContext._jsc.hadoopConfiguration()
     for key, value in conf.items():
         if key.startswith("spark.hadoop."):
@@ -135,8 +148,8 @@ def _apply_at_runtime(session: "SparkSession", conf: dict[str, str]) -> None:
         elif key.startswith(("spark.sql.", "spark.databricks.")):
             session.conf.set(key, value)
         else:
-            print(f"pgcdc: warning: [spark] conf {key} is ignored under spark-submit (fixed when it starts); "
-                  f"pass it as --conf {key}=...", file=sys.stderr)
+            _log.warning("[spark] conf %s is ignored under spark-submit (fixed when it starts); pass it as "
+                         "--conf %s=...", key, key)
 
 
 # Environment variables that hold secrets pgcdc uses on the Python side only (the JVM gets the
@@ -158,15 +171,13 @@ def _log_store_conf(user: dict[str, str]) -> dict[str, str]:
     """Confs that make local tables commit through pgcdc's log store (built on first use).
     Without a JDK it cannot be built: Delta's LocalLogStore then serves, safe only while no
     other Spark application commits to the same tables; pgcdc says so."""
-    import sys
-
     from pgcdc import logstore
 
     try:
         jar = str(logstore.build())
     except SetupError as exc:
-        print(f"pgcdc: warning: {exc}; local tables commit through Delta's LocalLogStore, which is safe only while "
-              "no other Spark application commits to them", file=sys.stderr)
+        _log.warning("%s; local tables commit through Delta's LocalLogStore, which is safe only while no other "
+                     "Spark application commits to them", exc)
         return {"spark.delta.logStore.file.impl": "org.apache.spark.sql.delta.storage.LocalLogStore"}
     jars = ",".join(filter(None, [user.get("spark.jars"), jar]))
     return {"spark.delta.logStore.file.impl": logstore.CLASS, "spark.jars": jars}

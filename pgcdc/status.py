@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 from datetime import datetime, timedelta, timezone
 
 import psycopg
@@ -137,14 +138,14 @@ def _run_problems(conn: psycopg.Connection) -> list[str]:
     return problems
 
 
-def status_report(conn: psycopg.Connection, problems: list[str] | None = None) -> tuple[str, bool]:
-    """Text report and whether all is well: a verdict line, capture per table, consumers per
-    table, queue size. `problems` found by the caller (an unreachable replica) join the verdict."""
+def status_data(conn: psycopg.Connection, problems: list[str] | None = None) -> dict[str, Any]:
+    """Whether all is well, and why, as plain data (`pgcdc status --json`): the verdict, its
+    problems, capture per table, each consumer's state per table, the queue's size.
+    `problems` found by the caller (an unreachable replica) join the verdict."""
     capture.require_schema(conn)
     conn.execute("select pgcdc._forget_dropped()")  # (tables dropped where no event trigger saw it)
     tables = capture.stats(conn)
     partitions, size = capture.queue_size(conn)
-    lines: list[str] = []
     problems = list(problems or [])
     other = capture.restored_from(conn)
     if other is not None:
@@ -165,32 +166,53 @@ def status_report(conn: psycopg.Connection, problems: list[str] | None = None) -
     lagging = [t.table_name for t in tables if t.oldest_pending and now - t.oldest_pending > LAGGING and t.consumers]
     if lagging:
         problems.append(f"changes pending for over {LAGGING}: {', '.join(lagging)} (is the ingest job scheduled?)")
-    if problems:
-        lines.append("status: ATTENTION - " + "; ".join(problems))
-    elif not tables:
+    oldest = min((t.oldest_pending for t in tables if t.oldest_pending), default=None)
+    return {
+        "healthy": not problems,
+        "verdict": "ATTENTION" if problems else "NOTHING TO DO" if not tables else "OK",
+        "problems": problems,
+        "database": conn.info.dbname,
+        "schema_version": capture.installed_version(conn),
+        "ddl_guard": capture.ddl_guard(conn),
+        "queue": {"partitions": partitions, "bytes": int(size)},
+        "oldest_pending": oldest,
+        "tables": [{"table": t.table_name, "consumers": t.consumers, "pending_events": t.pending_events,
+                    "pending_keys": t.pending_keys, "oldest_pending": t.oldest_pending} for t in tables],
+        "synced": [{"consumer": c, "table": t, "watermark": w, "batch": b, "last_sync": at, "delta_table": path}
+                   for c, t, w, b, at, path in consumer_rows(conn)],
+    }
+
+
+def status_report(conn: psycopg.Connection, problems: list[str] | None = None) -> tuple[str, bool]:
+    """status_data as text for a person, and whether all is well."""
+    data = status_data(conn, problems)
+    lines: list[str] = []
+    if data["problems"]:
+        lines.append("status: ATTENTION - " + "; ".join(data["problems"]))
+    elif not data["tables"]:
         lines.append("status: NOTHING TO DO - no tables attached; run `pgcdc attach SCHEMA.TABLE`")
     else:
-        oldest = min((t.oldest_pending for t in tables if t.oldest_pending), default=None)
-        lines.append(f"status: OK - {len(tables)} table(s) synced; oldest pending change: "
+        oldest = data["oldest_pending"]
+        lines.append(f"status: OK - {len(data['tables'])} table(s) synced; oldest pending change: "
                      f"{age(oldest) + ' old' if oldest else 'none'}")
-    lines.append(f"pgcdc schema v{capture.installed_version(conn)} in database {conn.info.dbname}; "
-                 f"queue: {partitions} partitions, {_size(size)}")
-    if not capture.ddl_guard(conn):
+    lines.append(f"pgcdc schema v{data['schema_version']} in database {data['database']}; "
+                 f"queue: {data['queue']['partitions']} partitions, {_size(data['queue']['bytes'])}")
+    if not data["ddl_guard"]:
         lines.append("note: the DDL guard (event triggers pgcdc_ddl, pgcdc_rewrite) is not installed or enabled "
                      "(only a superuser may create them): after a rename or drop of a column capture names, each "
                      "write queues a whole-table copy until `pgcdc attach TABLE`, and a column retyped to its own "
                      "type with USING is not seen; run `pgcdc install` as a superuser to follow DDL by itself "
                      "(see docs/capture.md)")
-    if tables:
+    if data["tables"]:
         lines.append("")
         rows = [("table", "consumers", "pending events", "pending keys", "oldest pending")]
-        rows += [(t.table_name, str(t.consumers), str(t.pending_events), str(t.pending_keys), age(t.oldest_pending))
-                 for t in tables]
+        rows += [(t["table"], str(t["consumers"]), str(t["pending_events"]), str(t["pending_keys"]),
+                  age(t["oldest_pending"])) for t in data["tables"]]
         lines += table_lines(rows)
-    states = consumer_rows(conn)
-    if states:
+    if data["synced"]:
         lines.append("")
-        consumer_table: list[tuple[str, ...]] = [("consumer", "table", "watermark", "batch", "last sync", "delta table")]
-        consumer_table += [(c, t, str(w), str(b), age(at) + " ago", path) for c, t, w, b, at, path in states]
-        lines += table_lines(consumer_table)
-    return "\n".join(lines), not problems
+        synced: list[tuple[str, ...]] = [("consumer", "table", "watermark", "batch", "last sync", "delta table")]
+        synced += [(c["consumer"], c["table"], str(c["watermark"]), str(c["batch"]), age(c["last_sync"]) + " ago",
+                    c["delta_table"]) for c in data["synced"]]
+        lines += table_lines(synced)
+    return "\n".join(lines), data["healthy"]

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from pgcdc import storage
-from pgcdc.spark import DEFAULT_CONF, packages
+from pgcdc.spark import DEFAULT_CONF, log_conf, packages
 
 
 def submit_args(target_root: str | None = None, job: str | None = None) -> list[str]:
@@ -23,7 +23,7 @@ def submit_args(target_root: str | None = None, job: str | None = None) -> list[
     from pgcdc import job as entry, logstore
 
     remote = storage.S3A_DEFAULTS if storage.scheme(target_root or "") == "s3a" else {}
-    confs = DEFAULT_CONF | remote | {"spark.delta.logStore.file.impl": logstore.CLASS}
+    confs = DEFAULT_CONF | remote | {"spark.delta.logStore.file.impl": logstore.CLASS} | log_conf()
     return ["--packages", packages(target_root), "--jars", str(logstore.build()),
             *[arg for key, value in confs.items() for arg in ("--conf", f"{key}={value}")],
             job or str(Path(entry.__file__).resolve())]

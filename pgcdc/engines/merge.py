@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from pgcdc import enrich, faults, tablelog
-from pgcdc.errors import TargetError
+from pgcdc.errors import ConflictError, TargetError
 from pgcdc.state import app_id
 from pgcdc.target import Written, last_commit, spark_ident as _col, state_commit
 
@@ -93,7 +93,7 @@ class MergeEngine:
             except Exception as exc:
                 if not _concurrent(exc):
                     raise
-                raise TargetError(f"{path} was changed by another writer (e.g. OPTIMIZE) while batch {state.batch} "
+                raise ConflictError(f"{path} was changed by another writer (e.g. OPTIMIZE) while batch {state.batch} "
                                   "was applied; nothing of the batch was committed: run the ingest again") from None
         finally:
             source.unpersist()

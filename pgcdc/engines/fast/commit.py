@@ -21,7 +21,7 @@ from pgcdc import faults
 from pgcdc.engines.fast import driver_marks, driver_write
 from pgcdc.engines.fast.deltalog import (files_overlapping, read_all_files, read_committed_version, renames_columns,
                                          stored_rows)
-from pgcdc.errors import TargetError
+from pgcdc.errors import ConflictError, TargetError
 from pgcdc.jvm import alongside, cls, none as jvm_none, optional, pylist, scala_map, seq, some as jvm_some
 from pgcdc.state import ConsumerState, app_id
 from pgcdc.target import Written, state_commit
@@ -313,5 +313,5 @@ def _commit(spark: "SparkSession", path: str, txn: Any, actions: list[Any], stat
     except Py4JJavaError as e:
         if "Concurrent" not in e.java_exception.getClass().getName():
             raise
-        raise TargetError(f"{path} was changed by another writer (e.g. OPTIMIZE) while batch {state.batch} was "
+        raise ConflictError(f"{path} was changed by another writer (e.g. OPTIMIZE) while batch {state.batch} was "
                           "applied; nothing of the batch was committed: run the ingest again") from None

@@ -1,0 +1,111 @@
+"""`pgcdc compact`: OPTIMIZE and VACUUM of the consumer's Delta tables, never beside an ingest.
+
+Small batches leave many small files (and deletion vectors); OPTIMIZE rewrites them into
+few, VACUUM then deletes the files no version within the retention needs. Both hold the
+consumer's lock, so they never overlap a run of the same consumer (a follower waits for it
+between runs). The retention is Delta's own check: the table's
+`delta.deletedFileRetentionDuration` (7 days unless set) or longer, so a reader of an older
+version within it keeps its files. pgcdc's own files beside the table (`_pgcdc/`, the fast
+engine's key indexes) are left alone by VACUUM; a key index whose data file went is dropped
+by the next run.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pgcdc import capture, consumers, target
+from pgcdc.db import connect
+from pgcdc.errors import ConfigError, TargetError
+from pgcdc.log import fields
+from pgcdc.runs import select_tables
+from pgcdc.settings import Settings
+from pgcdc.state import table_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_log = logging.getLogger(__name__)
+
+LOCK_WAIT = 300.0  # seconds a compaction waits for a run of the consumer to end
+
+
+@dataclass
+class Compacted:
+    table: str
+    path: str
+    files_removed: int = 0
+    files_added: int = 0
+    vacuumed: int = 0
+
+    def line(self) -> str:
+        return (f"{self.table}: OPTIMIZE rewrote {self.files_removed} file(s) into {self.files_added}; VACUUM "
+                f"deleted {self.vacuumed} file(s) no longer needed -> {self.path}")
+
+
+def compact(settings: Settings, spark: "SparkSession", names: list[str], retain_hours: float | None = None,
+            wait: float = LOCK_WAIT) -> list[Compacted]:
+    """OPTIMIZE then VACUUM each named table (default: the consumer's), holding the consumer's lock."""
+    from delta.tables import DeltaTable
+
+    done = []
+    with connect(settings.source.dsn) as conn:
+        capture.require_schema(conn)
+        _lock(conn, settings.consumer, wait)
+        for t in select_tables(conn, names or settings.tables):
+            path, recorded = table_path(conn, settings.consumer, t.table_id, t.name, settings.target.root)
+            if not target.is_delta(spark, path):
+                _log.info("%s: not synced yet by consumer %s; nothing to compact", t.name, settings.consumer)
+                continue
+            target.check_owner(spark, path, settings.consumer, None if recorded else t.name)
+            began = time.monotonic()
+            result = Compacted(t.name, path)
+            table = DeltaTable.forPath(spark, path)
+            metrics = table.optimize().executeCompaction().collect()[0]["metrics"]
+            result.files_removed, result.files_added = int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
+            result.vacuumed = _vacuum(spark, table, path, retain_hours)
+            seconds = round(time.monotonic() - began, 3)
+            _log.info(result.line(), extra=fields(record="compact", table=t.name, path=path, seconds=seconds,
+                                                  files_removed=result.files_removed, files_added=result.files_added,
+                                                  vacuumed=result.vacuumed))
+            done.append(result)
+    return done
+
+
+def _lock(conn: Any, consumer: str, wait: float) -> None:
+    """Take the consumer's lock, waiting up to `wait` seconds for a run to end (BusyError after)."""
+    from pgcdc.errors import BusyError
+
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            consumers.lock(conn, consumer)
+            return
+        except BusyError:
+            if time.monotonic() > deadline:
+                raise
+            _log.info("consumer %s is running an ingest; waiting for it to end", consumer)
+
+
+def _vacuum(spark: "SparkSession", table: Any, path: str, retain_hours: float | None) -> int:
+    """VACUUM with the table's retention (or `retain_hours`, which Delta refuses below it); how
+    many files it deleted (from the VACUUM END entry in the table's history)."""
+    from py4j.protocol import Py4JJavaError
+
+    try:
+        table.vacuum() if retain_hours is None else table.vacuum(retain_hours)
+    except Py4JJavaError as exc:
+        text = str(exc.java_exception)
+        if "retentionDurationCheck" in text or "retention" in text.lower():
+            raise ConfigError(f"--retain-hours {retain_hours:g} is below the retention of {path} (its "
+                              "delta.deletedFileRetentionDuration, 7 days unless set): readers of older versions "
+                              "could lose their files; use a longer retention, or lower the table property "
+                              "if no reader needs them") from None
+        raise TargetError(f"VACUUM of {path} failed: {text.splitlines()[0][:300]}") from None
+    last = table.history(1).select("operation", "operationMetrics").collect()
+    if last and last[0]["operation"] == "VACUUM END":
+        return int((last[0]["operationMetrics"] or {}).get("numDeletedFiles", 0))
+    return 0

@@ -1,0 +1,197 @@
+"""Continuous sync (`pgcdc ingest --follow`): one Spark session, a run as soon as there is work.
+
+Between runs the follower asks the queue whether any synced table has an event it could apply
+now (one cheap query on the reader, `poll`), every `interval` seconds while idle; a run takes
+the consumer's lock for its own length only, so `pgcdc compact` and other tools get their turn
+between runs. Capture is left as it is: no NOTIFY from its triggers, whose commit would take
+PostgreSQL's global notify lock in every application transaction (docs/operations.md).
+
+A first SIGTERM or SIGINT stops the follower after the batch in flight (exit 0); a second
+stops it at once, which is as safe as a kill: a batch lands in one Delta commit or not at
+all. A failed run is retried with a growing pause, and a table that keeps failing is held
+back for a while without holding the others back.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from pgcdc.db import connect
+from pgcdc.errors import BusyError, PgcdcError, SourceError
+from pgcdc.ingest import Job, TableReport
+from pgcdc.log import fields
+from pgcdc.runs import first_line
+from pgcdc.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from pgcdc.metrics import Metrics
+
+_log = logging.getLogger(__name__)
+
+HEARTBEAT = 60.0  # seconds: a run even without work (queue upkeep, `pgcdc status` sees the follower)
+MAX_PAUSE = 60.0  # seconds: the longest pause after failures
+
+
+class Stopper:
+    """SIGTERM/SIGINT handling: the first asks for a stop between batches, the second raises
+    KeyboardInterrupt at once."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signal_name = ""
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.event.is_set():
+            raise KeyboardInterrupt
+        self.signal_name = signal.Signals(signum).name
+        _log.info("%s received: stopping after the batch in flight (again: stop at once)", self.signal_name)
+        self.event.set()
+
+    def __call__(self) -> bool:
+        return self.event.is_set()
+
+    def wait(self, seconds: float) -> None:
+        self.event.wait(max(seconds, 0.0))
+
+
+@dataclass
+class Backoff:
+    """Consecutive failures of one thing and when to try it again (1, 2, 4 ... MAX_PAUSE s)."""
+
+    failures: int = 0
+    next_try: float = 0.0
+
+    def failed(self) -> float:
+        self.failures += 1
+        pause = min(MAX_PAUSE, 2.0 ** (self.failures - 1))
+        self.next_try = time.monotonic() + pause
+        return pause
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.next_try
+
+
+@dataclass
+class Follower:
+    """The follower's loop; `run` returns its exit code (0 after a requested stop)."""
+
+    settings: Settings
+    spark: "SparkSession"
+    interval: float = 1.0
+    compact_every: float | None = None
+    metrics: "Metrics | None" = None
+    stop: Stopper = field(default_factory=Stopper)
+    tables: dict[str, Backoff] = field(default_factory=dict)  # failing tables
+    known: set[int] = field(default_factory=set)  # table ids the last run synced
+
+    def run(self) -> int:
+        from pgcdc import compact
+
+        job = Job(self.settings, self.spark, following=True)
+        job.stopping = self.stop
+        runs = Backoff()
+        stuck: tuple[tuple[int, int], ...] | None = None  # work the last run could not apply (a long transaction's)
+        last_run = time.monotonic() - HEARTBEAT  # (the first run comes at once)
+        last_compact = time.monotonic()
+        _log.info("following consumer %s: a run whenever the queue holds work, checked every %.1f s while idle "
+                  "(stop: SIGTERM or Ctrl-C)", self.settings.consumer, self.interval)
+        while not self.stop():
+            try:
+                work = self.poll()
+            except (PgcdcError, psycopg.Error) as exc:
+                work = ((-1, 1),)  # (let the run meet the problem: it retries and says so)
+                _log.debug("poll failed: %s", first_line(exc))
+            heartbeat = time.monotonic() - last_run >= HEARTBEAT
+            if not runs.due() or ((not work or work == stuck) and not heartbeat):
+                self.stop.wait(min(self.interval, max(runs.next_try - time.monotonic(), 0.05))
+                               if not runs.due() else self.interval)
+                continue
+            try:
+                reports = self.run_once(job)
+            except BusyError as exc:
+                _log.info("%s; trying again in %.1f s", exc, self.interval)
+                self.stop.wait(self.interval)
+                continue
+            except Exception as exc:  # a lost connection, a restarting server, Spark: retried
+                pause = runs.failed()
+                level = logging.WARNING if isinstance(exc, SourceError) else logging.ERROR
+                _log.log(level, "run failed (%d in a row): %s; trying again in %.0f s", runs.failures,
+                         first_line(exc), pause, extra=fields(record="run_failed", error=first_line(exc),
+                                                              failures=runs.failures))
+                if self.metrics is not None:
+                    self.metrics.run_failed()
+                continue
+            if runs.failures:
+                _log.info("run succeeded again after %d failure(s)", runs.failures)
+            runs = Backoff()
+            last_run = time.monotonic()
+            applied = any(r.batches or r.copied is not None for r in reports)
+            stuck = None if applied else work
+            if self.compact_every is not None and time.monotonic() - last_compact >= self.compact_every \
+                    and not self.stop():
+                last_compact = time.monotonic()
+                try:
+                    compact.compact(self.settings, self.spark, self.settings.tables)
+                except Exception as exc:
+                    _log.error("compaction failed: %s; trying again in %.0f s", first_line(exc), self.compact_every)
+        _log.info("follower of consumer %s stopped (%s)", self.settings.consumer, self.stop.signal_name or "asked")
+        return 0
+
+    def run_once(self, job: Job) -> list[TableReport]:
+        """One run over every table not held back; failing tables get their own pauses."""
+        held = frozenset(name for name, b in self.tables.items() if not b.due())
+        reports, failed = job.run_tables(skip=held)
+        self.known = set(job.table_ids.values())
+        for r in reports:
+            if self.tables.pop(r.table, None) is not None:
+                _log.info("%s: synced again", r.table)
+        for name, exc in failed.items():
+            pause = self.tables.setdefault(name, Backoff()).failed()
+            _log.warning("%s: held back for %.0f s (%d failure(s) in a row)", name, pause, self.tables[name].failures)
+        if self.metrics is not None:
+            self.metrics.observe(reports, failed)
+        return reports
+
+    def poll(self) -> tuple[tuple[int, int], ...]:
+        """(table id, events it could apply now) for each synced table with work: events above its
+        watermark that are committed (out-of-order mode) or below the reader's txmin (strict
+        mode), capped at 10,000; a table without a state, or marked for a copy, counts as work."""
+        s = self.settings
+        applicable = ("pg_visible_in_snapshot(q.txid, pg_current_snapshot())" if s.ingest.mode == "out_of_order"
+                      else "q.txid < pg_snapshot_xmin(pg_current_snapshot())")
+        every = not s.tables
+        with connect(s.source.replica_dsn or s.source.dsn,
+                     role="source.replica_dsn" if s.source.replica_dsn else "source.dsn") as conn:
+            rows = conn.execute(
+                "select a.table_id, case when st.table_id is null or st.resync_reason is not null then 1 else "
+                f"  (select count(*) from (select 1 from pgcdc.commit_queue q where q.table_id = a.table_id "
+                f"     and q.txid >= st.watermark and {applicable} limit 10000) w) end "
+                "from pgcdc.attached a left join pgcdc.consumer_state st "
+                "  on st.table_id = a.table_id and st.consumer = %s "
+                "where %s or a.table_id = any(%s)", (s.consumer, every, list(self.known))).fetchall()
+        return tuple(sorted((table_id, int(n)) for table_id, n in rows if n))
+
+
+def follow(settings: Settings, spark: "SparkSession", interval: float, compact_every: float | None = None,
+           metrics_port: int | None = None, metrics_address: str = "127.0.0.1") -> int:
+    """Run the follower until SIGTERM/SIGINT; its exit code."""
+    from pgcdc.metrics import Metrics
+
+    metrics = Metrics.serve(metrics_port, metrics_address) if metrics_port is not None else None
+    follower = Follower(settings, spark, interval, compact_every, metrics)
+    follower.stop.install()
+    return follower.run()
