@@ -63,6 +63,15 @@ def test_delta_equals_postgres_on_object_storage(spark, dsn: str, s3_server: S3S
 
 
 @pytest.mark.slow
+def test_delta_equals_postgres_with_a_follower(spark, dsn: str, tmp_path: Path) -> None:
+    """The follower schedule: `pgcdc ingest --follow` runs all through the writers, is SIGKILLed
+    at random moments and started again, shares the consumer with compactions and other Delta
+    writers, then alone catches up and stops on SIGTERM with exit 0."""
+    seed = SEEDS[0] + 301
+    _play(Params.draw(seed, "out_of_order" if seed % 4 < 2 else "strict", follow=True, runs=5), spark, dsn, tmp_path)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["out_of_order", "strict"])
 def test_delta_equals_postgres_through_a_tables_life(spark, dsn: str, tmp_path: Path, mode: str) -> None:
     """The lifecycle schedule: besides the writers and crashes, between runs a table with a
