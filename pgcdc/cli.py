@@ -6,46 +6,18 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from pgcdc import __version__, errors, log
+from pgcdc.cli_common import print_json as _print_json, settings_of as _settings
+from pgcdc.cli_spark import (cmd_compact, cmd_demo, cmd_ingest, cmd_reset_watermark, cmd_resync, cmd_submit,
+                             cmd_submit_args, cmd_verify)
 from pgcdc.errors import PgcdcError
-from pgcdc.settings import Settings, describe, load_settings
+from pgcdc.settings import describe
 
 if TYPE_CHECKING:
     import psycopg
-
-
-def _print_json(data: object) -> None:
-    """One JSON document on stdout (times as ISO 8601)."""
-    from datetime import datetime
-
-    print(json.dumps(data, indent=2, default=lambda v: v.isoformat() if isinstance(v, datetime) else str(v)))
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    settings = load_settings(args.config)
-    log.redact(settings)
-    return settings
-
-
-def cmd_submit_args(args: argparse.Namespace) -> int:
-    """Print spark-submit's arguments (packages for target.root's storage, jars, confs, entry point)."""
-    import shlex
-
-    from pgcdc.submit import submit_args
-
-    print(shlex.join(submit_args(_settings(args).target.root, args.job)))
-    return 0
-
-
-def cmd_submit(args: argparse.Namespace) -> int:
-    """spark-submit the ingest job with this environment's pyspark and Python."""
-    from pgcdc.submit import run
-
-    return run(_settings(args).target.root, args.config, [a for a in args.spark_args if a != "--"])
 
 
 def cmd_config(args: argparse.Namespace) -> int:
@@ -212,83 +184,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     return errors.OK if healthy else errors.ATTENTION
 
 
-def cmd_ingest(args: argparse.Namespace) -> int:
-    """Run the ingest job once (or, --follow, until stopped) with a local Spark session (or
-    spark-submit's)."""
-    from pgcdc.ingest import run
-
-    settings = _settings(args)
-    if args.follow:
-        from pgcdc.follow import follow
-        from pgcdc.runs import preflight
-        from pgcdc.spark import get_session
-
-        preflight(settings, settings.tables)
-        return follow(settings, get_session(settings.spark, target_root=settings.target.root), args.interval,
-                      args.compact_every, args.metrics_port, args.metrics_address)
-    reports = run(settings)
-    if reports:
-        print(f"ingest done for consumer {settings.consumer}: {len(reports)} table(s) in sync up to their watermark")
-    return 0
-
-
-def cmd_resync(args: argparse.Namespace) -> int:
-    """Copy tables again from scratch."""
-    from pgcdc.ingest import resync
-
-    reports = resync(_settings(args), args.tables)
-    print(f"resynced {len(reports)} table(s); later changes follow with `pgcdc ingest`")
-    return 0
-
-
-def cmd_reset_watermark(args: argparse.Namespace) -> int:
-    """After a restore: copy every synced table again, so data and watermarks match the database as it is now."""
-    from pgcdc.ingest import resync
-
-    settings = _settings(args)
-    reports = resync(settings, settings.tables, restored=True)
-    print(f"reset {len(reports)} table(s) of consumer {settings.consumer} to the database as it is now "
-          "(each copied again, new watermark); continue with `pgcdc ingest`")
-    return 0
-
-
-def cmd_compact(args: argparse.Namespace) -> int:
-    """OPTIMIZE and VACUUM the consumer's Delta tables, holding its lock."""
-    from pgcdc.compact import compact
-    from pgcdc.runs import preflight
-    from pgcdc.spark import get_session
-
-    settings = _settings(args)
-    preflight(settings, args.tables, lock=False)
-    done = compact(settings, get_session(settings.spark, target_root=settings.target.root), args.tables,
-                   args.retain_hours)
-    print(f"compacted {len(done)} table(s) of consumer {settings.consumer}")
-    return 0
-
-
-def cmd_verify(args: argparse.Namespace) -> int:
-    """Compare Delta tables with PostgreSQL; exit 1 if any differs."""
-    from pgcdc.db import connect
-    from pgcdc.runs import select_tables
-    from pgcdc.spark import get_session
-    from pgcdc.verify import verify
-
-    settings = _settings(args)
-    with connect(settings.source.dsn) as conn:
-        tables = select_tables(conn, args.tables or settings.tables)
-    with connect(settings.source.dsn, reader=True) as conn:  # (row-level security off, names in pg_catalog)
-        spark = get_session(settings.spark, target_root=settings.target.root)
-        results = verify(spark, conn, settings.target.root, tables, settings.consumer)
-    if args.json:
-        from dataclasses import asdict
-
-        _print_json([asdict(r) | {"equal": r.equal} for r in results])
-    else:
-        for r in results:
-            print(r.line())
-    return errors.OK if all(r.equal for r in results) else errors.ATTENTION
-
-
 def cmd_consumers(args: argparse.Namespace) -> int:
     """List consumers with their lag, or drop one for good."""
     from pgcdc import capture, consumers
@@ -342,13 +237,6 @@ def cmd_retention(args: argparse.Namespace) -> int:
     print(f"retention limit: max age {max_age or 'none'}, max size {max_size or 'none'}")
     print("past it, `pgcdc.maintain()` (each ingest runs it) marks the lagging consumer's tables; its next ingest "
           "copies them again")
-    return 0
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from pgcdc.demo import run_demo
-
-    run_demo(Path(args.lake))
     return 0
 
 

@@ -13,7 +13,7 @@ import logging
 import time
 from datetime import datetime
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -25,7 +25,7 @@ from pgcdc.capture import AttachedTable
 from pgcdc.db import connect, jdbc_options
 from pgcdc.engines import BatchWork, Chooser, Engine
 from pgcdc.errors import TargetError
-from pgcdc.runs import check_state, first_line, pending, preflight, record_run, select_tables
+from pgcdc.runs import check_state, pending, preflight, select_tables
 from pgcdc.settings import Settings
 from pgcdc.state import (ConsumerState, committed_batch, load_state, mark_committing, mirror_state, read_state_file,
                          register_table, table_path, write_state_file)
@@ -124,59 +124,10 @@ class Job:
         return reports
 
     def run_tables(self, skip: frozenset[str] = frozenset()) -> tuple[list[TableReport], dict[str, Exception]]:
-        """Sync every table once, except `skip` (tables a follower holds back after failures):
-        the reports, and the tables that failed with their errors. One table's failure never
-        holds the others back; a lost connection or an interrupt ends the run."""
-        began = time.monotonic()
-        with self.source(self.settings.tables) as (primary, reader, tables, jdbc, identity):
-            self.table_ids = {t.name: t.table_id for t in tables}
-            if not tables:
-                self.say("no tables attached; run `pgcdc attach SCHEMA.TABLE` first")
-                return [], {}
-            with reader.transaction():
-                start = events.take_snapshot(reader)
-            record_run(primary, self.settings.consumer, started=True)
-            reports: list[TableReport] = []
-            failed: dict[str, Exception] = {}
-            try:
-                for t in tables:
-                    if self.stopping():
-                        break
-                    if t.name in skip:
-                        continue
-                    try:
-                        reports.append(self.sync_table(primary, reader, jdbc, identity, t))
-                    except Exception as exc:  # one table's problem never holds the others back
-                        if primary.broken or reader.broken:
-                            raise  # (the connection itself: no other table can go on)
-                        self.say(f"{t.name}: FAILED: {first_line(exc)}", logging.ERROR, record="table_failed",
-                                 table=t.name, error=first_line(exc))
-                        failed[t.name] = exc
-                for action, part in capture.maintain(primary):
-                    self.routine(f"queue: {action} {part}")
-            except BaseException as exc:
-                with suppress(psycopg.Error):  # (the connection may be what failed)
-                    record_run(primary, self.settings.consumer, error=first_line(exc))
-                raise
-            if failed or skip:
-                held = [name for name in skip if name in {t.name for t in tables}]
-                summary = "; ".join([f"{name}: {first_line(exc)}" for name, exc in failed.items()]
-                                    + [f"{name}: held back after failures" for name in held])
-                record_run(primary, self.settings.consumer,
-                           error=f"{len(failed) + len(held)} of {len(tables)} table(s) failed: {summary}")
-            else:  # (a run stopped part-way leaves the txmin all tables reached before)
-                record_run(primary, self.settings.consumer, start_txmin=None if self.stopping() else start.txmin)
-        seconds = round(time.monotonic() - began, 3)
-        busy = any(r.batches or r.copied is not None for r in reports)
-        _log.log(logging.INFO if busy or failed or not self.following else logging.DEBUG,
-                 "run of consumer %s: %d table(s) synced, %d failed; %d events in %d batches (%.2f s)",
-                 self.settings.consumer, len(reports), len(failed), sum(r.events for r in reports),
-                 sum(r.batches for r in reports), seconds,
-                 extra=fields(record="run", consumer=self.settings.consumer, tables=len(reports), failed=sorted(failed),
-                               batches=sum(r.batches for r in reports), events=sum(r.events for r in reports),
-                               upserted=sum(r.upserted for r in reports), deleted=sum(r.deleted for r in reports),
-                               seconds=seconds))
-        return reports, failed
+        """Sync every table once, except `skip`; the reports and the failed tables (runs.run_tables)."""
+        from pgcdc.runs import run_tables
+
+        return run_tables(self, skip)
 
     def sync_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
                    identity: str, t: AttachedTable) -> TableReport:

@@ -1,20 +1,86 @@
-"""Bookkeeping around ingest runs: which tables a run syncs, what it records in PostgreSQL for
-`pgcdc status`, what it checks before trusting a table's state, and how a failure reads."""
+"""Bookkeeping around ingest runs: one run over the tables (each failing alone), which tables
+a run syncs, what it records in PostgreSQL for `pgcdc status`, what it checks before trusting
+a table's state, and how a failure reads."""
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from contextlib import suppress
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import psycopg
 
-from pgcdc import capture, consumers, target
+from pgcdc import capture, consumers, events, target
 from pgcdc.capture import AttachedTable
 from pgcdc.db import connect
 from pgcdc.errors import TableError, TargetError
 from pgcdc.settings import Settings
+from pgcdc.log import fields
 from pgcdc.state import ConsumerState, committing_batch
+
+if TYPE_CHECKING:
+    from pgcdc.ingest import Job, TableReport
+
+_log = logging.getLogger(__name__)
+
+
+def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list["TableReport"], dict[str, Exception]]:
+    """Sync every table once, except `skip` (tables a follower holds back after failures):
+    the reports, and the tables that failed with their errors. One table's failure never
+    holds the others back; a lost connection or an interrupt ends the run."""
+    began = time.monotonic()
+    with job.source(job.settings.tables) as (primary, reader, tables, jdbc, identity):
+        job.table_ids = {t.name: t.table_id for t in tables}
+        if not tables:
+            job.say("no tables attached; run `pgcdc attach SCHEMA.TABLE` first")
+            return [], {}
+        with reader.transaction():
+            start = events.take_snapshot(reader)
+        record_run(primary, job.settings.consumer, started=True)
+        reports: list[TableReport] = []
+        failed: dict[str, Exception] = {}
+        try:
+            for t in tables:
+                if job.stopping():
+                    break
+                if t.name in skip:
+                    continue
+                try:
+                    reports.append(job.sync_table(primary, reader, jdbc, identity, t))
+                except Exception as exc:  # one table's problem never holds the others back
+                    if primary.broken or reader.broken:
+                        raise  # (the connection itself: no other table can go on)
+                    job.say(f"{t.name}: FAILED: {first_line(exc)}", logging.ERROR, record="table_failed",
+                             table=t.name, error=first_line(exc))
+                    failed[t.name] = exc
+            for action, part in capture.maintain(primary):
+                job.routine(f"queue: {action} {part}")
+        except BaseException as exc:
+            with suppress(psycopg.Error):  # (the connection may be what failed)
+                record_run(primary, job.settings.consumer, error=first_line(exc))
+            raise
+        if failed or skip:
+            held = [name for name in skip if name in {t.name for t in tables}]
+            summary = "; ".join([f"{name}: {first_line(exc)}" for name, exc in failed.items()]
+                                + [f"{name}: held back after failures" for name in held])
+            record_run(primary, job.settings.consumer,
+                       error=f"{len(failed) + len(held)} of {len(tables)} table(s) failed: {summary}")
+        else:  # (a run stopped part-way leaves the txmin all tables reached before)
+            record_run(primary, job.settings.consumer, start_txmin=None if job.stopping() else start.txmin)
+    seconds = round(time.monotonic() - began, 3)
+    busy = any(r.batches or r.copied is not None for r in reports)
+    _log.log(logging.INFO if busy or failed or not job.following else logging.DEBUG,
+             "run of consumer %s: %d table(s) synced, %d failed; %d events in %d batches (%.2f s)",
+             job.settings.consumer, len(reports), len(failed), sum(r.events for r in reports),
+             sum(r.batches for r in reports), seconds,
+             extra=fields(record="run", consumer=job.settings.consumer, tables=len(reports), failed=sorted(failed),
+                           batches=sum(r.batches for r in reports), events=sum(r.events for r in reports),
+                           upserted=sum(r.upserted for r in reports), deleted=sum(r.deleted for r in reports),
+                           seconds=seconds))
+    return reports, failed
 
 
 def select_tables(conn: psycopg.Connection, names: list[str]) -> list[AttachedTable]:
