@@ -50,7 +50,7 @@ def test_registered_table_reads_by_name_from_another_spark_application(db: psyco
         proc = subprocess.run([sys.executable, "-m", "pgcdc", "--config", str(cfg), "ingest"], cwd=tmp_path,
                               capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        return proc.stdout
+        return proc.stdout + proc.stderr  # (the log is on stderr)
 
     assert "public.t: registered in the catalog as lake.public_t" in ingest()
     db.execute("update t set v = 'changed' where id % 4 = 0")

@@ -30,7 +30,7 @@ def _submit(cluster: Cluster, cfg: Path, wheel: Path, cwd: Path) -> str:
                            "--conf", "spark.executor.memory=768m", *shlex.split(args), "--config", str(cfg)],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return proc.stdout
+    return proc.stdout + proc.stderr  # (the log is on stderr)
 
 
 @pytest.mark.slow

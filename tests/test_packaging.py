@@ -69,7 +69,7 @@ def test_spark_submit_runs_the_packaged_job_from_anywhere_without_the_venv_activ
     proc = subprocess.run([str(bin_dir / "spark-submit"), *shlex.split(args), "--config", str(cfg)], cwd=outside,
                           env=_plain_env(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "public.t: copied 20 rows" in proc.stdout
+    assert "public.t: copied 20 rows" in proc.stdout + proc.stderr
     _check(syncer)
 
 
@@ -90,6 +90,6 @@ def test_installed_wheel_runs_the_job_with_no_checkout(db, syncer, tmp_path: Pat
     proc = subprocess.run([str(env_dir / "bin" / "pgcdc"), "--config", str(cfg), "submit"], cwd=outside,
                           env=_plain_env(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "public.t: copied 20 rows" in proc.stdout
+    assert "public.t: copied 20 rows" in proc.stdout + proc.stderr
     assert str(REPO) not in proc.stdout + proc.stderr  # (nothing ran from the checkout)
     _check(syncer)
