@@ -97,6 +97,7 @@ class Follower:
     stop: Stopper = field(default_factory=Stopper)
     tables: dict[str, Backoff] = field(default_factory=dict)  # failing tables
     known: set[int] = field(default_factory=set)  # table ids the last run synced
+    poll_conn: psycopg.Connection | None = None  # kept between polls
 
     def run(self) -> int:
         from pgcdc import compact
@@ -116,7 +117,8 @@ class Follower:
                 work = ((-1, 1),)  # (let the run meet the problem: it retries and says so)
                 _log.debug("poll failed: %s", first_line(exc))
             heartbeat = time.monotonic() - last_run >= HEARTBEAT
-            if not runs.due() or ((not work or work == stuck) and not heartbeat):
+            retry = any(b.due() for b in self.tables.values())  # a held-back table's pause is over
+            if not runs.due() or ((not work or work == stuck) and not heartbeat and not retry):
                 self.stop.wait(min(self.interval, max(runs.next_try - time.monotonic(), 0.05))
                                if not runs.due() else self.interval)
                 continue
@@ -148,6 +150,8 @@ class Follower:
                     compact.compact(self.settings, self.spark, self.settings.tables)
                 except Exception as exc:
                     _log.error("compaction failed: %s; trying again in %.0f s", first_line(exc), self.compact_every)
+        if self.poll_conn is not None:
+            self.poll_conn.close()
         _log.info("follower of consumer %s stopped (%s)", self.settings.consumer, self.stop.signal_name or "asked")
         return 0
 
@@ -174,15 +178,20 @@ class Follower:
         applicable = ("pg_visible_in_snapshot(q.txid, pg_current_snapshot())" if s.ingest.mode == "out_of_order"
                       else "q.txid < pg_snapshot_xmin(pg_current_snapshot())")
         every = not s.tables
-        with connect(s.source.replica_dsn or s.source.dsn,
-                     role="source.replica_dsn" if s.source.replica_dsn else "source.dsn") as conn:
-            rows = conn.execute(
+        if self.poll_conn is None or self.poll_conn.closed or self.poll_conn.broken:
+            self.poll_conn = connect(s.source.replica_dsn or s.source.dsn,
+                                     role="source.replica_dsn" if s.source.replica_dsn else "source.dsn")
+        try:
+            rows = self.poll_conn.execute(
                 "select a.table_id, case when st.table_id is null or st.resync_reason is not null then 1 else "
                 f"  (select count(*) from (select 1 from pgcdc.commit_queue q where q.table_id = a.table_id "
                 f"     and q.txid >= st.watermark and {applicable} limit 10000) w) end "
                 "from pgcdc.attached a left join pgcdc.consumer_state st "
                 "  on st.table_id = a.table_id and st.consumer = %s "
                 "where %s or a.table_id = any(%s)", (s.consumer, every, list(self.known))).fetchall()
+        except psycopg.Error:
+            self.poll_conn.close()  # (a new connection next time)
+            raise
         return tuple(sorted((table_id, int(n)) for table_id, n in rows if n))
 
 

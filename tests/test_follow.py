@@ -145,3 +145,36 @@ def test_a_second_signal_stops_the_follower_at_once(db: psycopg.Connection, sync
     db.execute("update t set v = 'b' where id <= 10")
     syncer.run()
     syncer.assert_equal("public.t")
+
+
+def test_a_table_that_keeps_failing_does_not_hold_the_others_back(db: psycopg.Connection, syncer: Any,
+                                                                  tmp_path: Path) -> None:
+    """public.b's Delta table belongs to another consumer: every run refuses it; the follower
+    holds it back with growing pauses and keeps public.a in sync; status names b."""
+    from pgcdc.ingest import Job
+
+    for name in ("a", "b"):
+        db.execute(f"create table {name} (id int primary key)")
+        db.execute(f"insert into {name} values (1)")
+        capture.attach(db, name)
+    Job(syncer.settings(consumer="other", tables=["public.b"]), syncer.spark).run()  # b's place, taken
+    cfg = _config(syncer, tmp_path)
+    follower = Follower(cfg, tmp_path)
+    try:
+        _wait_for(syncer, "public.a", {1}, follower)
+        for i in range(2, 6):
+            db.execute("insert into a values (%s)", (i,))
+            db.execute("insert into b values (%s)", (i,))
+            _wait_for(syncer, "public.a", set(range(1, i + 1)), follower)
+        held = [r for r in follower.records() if "public.b: held back for" in r["message"]]
+        assert held and all(r["level"] == "warning" for r in held), follower.log.read_text()[-3000:]
+        refused = [r for r in follower.records() if r.get("record") == "table_failed"]
+        assert refused and all(r["table"] == "public.b" and "consumer other" in r["error"] for r in refused), refused
+        status = subprocess.run([sys.executable, "-m", "pgcdc", "--config", str(cfg), "status", "--json"],
+                                capture_output=True, text=True)
+        problems = json.loads(status.stdout)["problems"]
+        assert status.returncode == errors.ATTENTION and any("public.b" in p for p in problems), problems
+        assert follower.stop() == errors.OK
+    finally:
+        follower.kill()
+    assert {r[0] for r in syncer.delta("public.b").collect()} == {1}  # (the other consumer's copy, untouched)

@@ -1,0 +1,251 @@
+"""End-to-end lag of `pgcdc ingest --follow`, and what the follower costs (not a test; never fails).
+
+    python -m bench.lag [--minutes 3] [--rate 1000] [--tables 10] [--rows 10000] [--engine auto]
+
+On a throwaway PostgreSQL and a local Delta folder: one writer thread per table commits
+transactions of 10 changed rows at a steady total of --rate changed rows per second; each
+transaction stamps its rows with the table's next sequence number and notes the time its
+commit returned. A follower (`pgcdc ingest --follow`, its own process and JVM) syncs the
+tables. A separate reader process (delta-rs, no Spark) polls every table's newest version
+for its highest sequence number and notes when each number first became readable.
+Lag = that moment - the commit's return, for every transaction after a warm-up.
+
+It prints p50/p90/p99/max lag, the follower's CPU (its Python and its JVM, from /proc) as
+cores used, and its resident memory (RSS of both) sampled every --rss-every seconds, so a
+long run (--minutes 120) shows whether memory stays flat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+
+from pgcdc import capture
+from pgcdc.localpg import LocalPostgres
+
+ROWS_PER_TX = 10
+
+
+def reader_main(root: str, tables: list[str], out: str) -> None:
+    """The separate reader: for each table, the highest sequence number readable now (delta-rs)."""
+    from deltalake import DeltaTable, QueryBuilder
+
+    loaded: dict[str, DeltaTable] = {}
+    seen: dict[str, int] = {}
+    with open(out, "w") as f:
+        while True:
+            for t in tables:
+                try:
+                    dt = loaded.get(t)
+                    if dt is None:
+                        dt = loaded[t] = DeltaTable(f"{root}/public.{t}")
+                    else:
+                        before = dt.version()
+                        dt.update_incremental()
+                        if dt.version() == before:
+                            continue
+                    batch = QueryBuilder().register("t", dt).execute("select max(seq) as m from t").read_all()
+                    top = batch.column("m")[0].as_py() or 0
+                except Exception:  # (not created yet)
+                    loaded.pop(t, None)
+                    continue
+                if top > seen.get(t, -1):
+                    seen[t] = top
+                    f.write(f"{t} {top} {time.time():.4f}\n")
+                    f.flush()
+            time.sleep(0.02)
+
+
+def process_group(leader: int) -> list[int]:
+    """The pids of the follower's session (its Python and the JVM it starts)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[3]) == leader:  # session id
+                pids.append(int(entry))
+    return pids
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
+def rss_mib(pids: list[int]) -> tuple[float, float]:
+    """(Python's RSS, the JVM's RSS) in MiB."""
+    python = jvm = 0.0
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        rss = next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmRSS:")), 0.0)
+        if b"java" in cmd.split(b"\0")[0]:
+            jvm += rss
+        elif b"python" in cmd.split(b"\0")[0]:
+            python += rss
+    return python, jvm
+
+
+class Writer(threading.Thread):
+    """One table's writer: transactions of ROWS_PER_TX rows at `tx_per_s`, each stamped with a sequence number."""
+
+    def __init__(self, dsn: str, table: str, rows: int, tx_per_s: float, stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.table, self.rows, self.period, self.stop = dsn, table, rows, 1.0 / tx_per_s, stop
+        self.commits: dict[int, float] = {}
+        self.rng = random.Random(table)
+
+    def run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            seq, next_at = 0, time.monotonic()
+            while not self.stop.is_set():
+                seq += 1
+                ids = self.rng.sample(range(1, self.rows + 1), ROWS_PER_TX)
+                with conn.transaction():
+                    conn.execute(f"update {self.table} set seq = %s, v = v + 1 where id = any(%s)", (seq, ids))
+                self.commits[seq] = time.time()
+                next_at += self.period
+                time.sleep(max(0.0, next_at - time.monotonic()))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minutes", type=float, default=3.0, help="measured time after the warm-up")
+    ap.add_argument("--warmup", type=float, default=30.0, help="seconds before measuring (first copies, JIT)")
+    ap.add_argument("--rate", type=float, default=1000.0, help="changed rows per second over all tables")
+    ap.add_argument("--tables", type=int, default=10)
+    ap.add_argument("--rows", type=int, default=10_000, help="rows per table")
+    ap.add_argument("--engine", default="auto", choices=["auto", "merge", "fast"])
+    ap.add_argument("--interval", type=float, default=0.2, help="the follower's --interval")
+    ap.add_argument("--rss-every", type=float, default=30.0, help="seconds between memory samples")
+    ap.add_argument("--durable", action="store_true", help="fsync on in PostgreSQL (default off, as in the tests)")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="pgcdc-bench-lag-"))
+    pg = LocalPostgres(work / "pg", durable=args.durable, settings={"shared_buffers": "512MB"})
+    pg.start()
+    tables = [f"t{i}" for i in range(args.tables)]
+    stop = threading.Event()
+    follower = reader = None
+    try:
+        with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+            capture.install(conn)
+            for t in tables:
+                conn.execute(f"create table {t} (id int primary key, seq bigint not null default 0, v int not null "
+                             "default 0, pad text not null default repeat('x', 80))")
+                conn.execute(f"insert into {t} (id) select generate_series(1, %s)", (args.rows,))
+                capture.attach(conn, t)
+        lake = work / "lake"
+        cfg = work / "pgcdc.toml"
+        cfg.write_text(f'consumer = "lag"\n[source]\ndsn = "{pg.dsn()}"\n[target]\nroot = "{lake}"\n'
+                       f'[ingest]\nengine = "{args.engine}"\n')
+        log = open(work / "follower.log", "w")
+        follower = subprocess.Popen([sys.executable, "-m", "pgcdc", "--config", str(cfg), "--log-format", "json",
+                                     "ingest", "--follow", "--interval", str(args.interval)],
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        seen_file = work / "seen.txt"
+        reader = subprocess.Popen([sys.executable, "-m", "bench.lag", "--reader", str(lake), ",".join(tables),
+                                   str(seen_file)], start_new_session=True)
+        writers = [Writer(pg.dsn(), t, args.rows, args.rate / ROWS_PER_TX / args.tables, stop) for t in tables]
+        for w in writers:
+            w.start()
+        print(f"{args.tables} tables x {args.rows} rows; {args.rate:.0f} changed rows/s in transactions of "
+              f"{ROWS_PER_TX}; engine {args.engine}; follower --interval {args.interval}; warm-up {args.warmup:.0f} s, "
+              f"then {args.minutes:g} min measured; work dir {work}", flush=True)
+        time.sleep(args.warmup)
+        measure_from = time.time()
+        pids = process_group(follower.pid)
+        cpu0, t0 = cpu_seconds(pids), time.monotonic()
+        samples = []
+        end = time.monotonic() + 60 * args.minutes
+        while time.monotonic() < end:
+            time.sleep(min(args.rss_every, max(0.0, end - time.monotonic())))
+            pids = process_group(follower.pid)
+            py, jvm = rss_mib(pids)
+            samples.append((time.monotonic() - t0, py, jvm))
+            print(f"  t+{samples[-1][0]:6.0f} s  RSS python {py:6.0f} MiB  jvm {jvm:6.0f} MiB", flush=True)
+            if follower.poll() is not None:
+                raise SystemExit(f"the follower exited {follower.returncode}; see {work / 'follower.log'}")
+        cpu = (cpu_seconds(process_group(follower.pid)) - cpu0) / (time.monotonic() - t0)
+        measure_to = time.time()
+        stop.set()
+        for w in writers:
+            w.join()
+        time.sleep(10)  # the last commits reach Delta
+    finally:
+        stop.set()
+        for proc in (reader, follower):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+        pg.stop()
+
+    seen: dict[str, list[tuple[int, float]]] = {t: [] for t in tables}
+    for line in seen_file.read_text().splitlines():
+        t, top, at = line.split()
+        seen[t].append((int(top), float(at)))
+    lags, unseen = [], 0
+    for w in writers:
+        marks = seen[w.table]
+        for seq, committed in w.commits.items():
+            if not measure_from <= committed <= measure_to:
+                continue
+            first = next((at for top, at in marks if top >= seq), None)
+            if first is None:
+                unseen += 1
+            else:
+                lags.append(first - committed)
+    lags.sort()
+
+    def pct(p: float) -> float:
+        return lags[min(len(lags) - 1, int(p / 100 * len(lags)))]
+
+    batches = [json.loads(line) for line in (work / "follower.log").read_text().splitlines()
+               if line.startswith("{") and '"record": "batch"' in line]
+    print(f"\nlag from commit to readable in Delta (delta-rs reader), {len(lags)} transactions "
+          f"({len(lags) * ROWS_PER_TX / (measure_to - measure_from):.0f} changed rows/s measured), {unseen} never seen:")
+    print(f"  p50 {pct(50):.2f} s   p90 {pct(90):.2f} s   p99 {pct(99):.2f} s   max {lags[-1]:.2f} s   "
+          f"mean {statistics.mean(lags):.2f} s")
+    print(f"follower CPU: {cpu:.2f} cores (Python + JVM) of 2; {len(batches)} batches in the whole run, "
+          f"median {statistics.median(b['seconds'] for b in batches):.3f} s each")
+    if samples:
+        print(f"follower RSS: python {samples[0][1]:.0f} -> {samples[-1][1]:.0f} MiB (max {max(s[1] for s in samples):.0f}), "
+              f"jvm {samples[0][2]:.0f} -> {samples[-1][2]:.0f} MiB (max {max(s[2] for s in samples):.0f}) "
+              f"over {samples[-1][0] / 60:.1f} min")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--reader":
+        reader_main(sys.argv[2], sys.argv[3].split(","), sys.argv[4])
+    else:
+        main()
