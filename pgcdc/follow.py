@@ -15,6 +15,7 @@ back for a while without holding the others back.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from pgcdc.db import connect
-from pgcdc.errors import BusyError, PgcdcError, SourceError
+from pgcdc.errors import FAILURE, BusyError, PgcdcError, SourceError
 from pgcdc.ingest import Job, TableReport
 from pgcdc.log import fields
 from pgcdc.runs import first_line
@@ -110,7 +111,12 @@ class Follower:
         last_compact = time.monotonic()
         _log.info("following consumer %s: a run whenever the queue holds work, checked every %.1f s while idle "
                   "(stop: SIGTERM or Ctrl-C)", self.settings.consumer, self.interval)
+        parent = os.getppid() if "PYSPARK_GATEWAY_PORT" in os.environ else None  # (spark-submit's JVM)
         while not self.stop():
+            if parent is not None and os.getppid() != parent:
+                _log.error("spark-submit's JVM ended (stopped or killed): stopping; a clean stop signals this "
+                           "Python driver instead (docs/operations.md)")
+                return FAILURE
             try:
                 work = self.poll()
             except (PgcdcError, psycopg.Error) as exc:

@@ -131,7 +131,8 @@ def get_session(settings: SparkSettings | None = None, app_name: str = "pgcdc",
         builder = builder.config(key, value)
     builder = configure_spark_with_delta_pip(builder, extra_packages=[POSTGRES_JDBC,
                                                                       *storage.packages(target_root or "")])
-    with _without_secrets():  # the JVM inherits this process's environment: none of pgcdc's secrets
+    # (the JVM inherits this process's environment, without pgcdc's secrets)
+    with _without_secrets(), _jvm_ignores_sigterm():
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
@@ -165,6 +166,25 @@ def _without_secrets() -> Iterator[None]:
         yield
     finally:
         os.environ.update(hidden)
+
+
+@contextmanager
+def _jvm_ignores_sigterm() -> Iterator[None]:
+    """Start the JVM with SIGTERM ignored (a disposition it inherits and then leaves alone), as
+    pyspark already does with SIGINT: a SIGTERM to the whole process group (systemd, a
+    container's stop) reaches pgcdc alone, which finishes its batch and exits; the JVM then
+    ends with it (its stdin closes)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _log_store_conf(user: dict[str, str]) -> dict[str, str]:

@@ -42,8 +42,13 @@ class Follower:
     def records(self) -> list[dict[str, Any]]:
         return [json.loads(line) for line in self.log.read_text().splitlines() if line.startswith("{")]
 
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        self.proc.send_signal(sig)
+    def stop(self, sig: int = signal.SIGTERM, group: bool = False) -> int:
+        """Signal the follower (`group`: its whole process group, as systemd or a container's stop
+        does: its JVM too); its exit code."""
+        if group:
+            os.killpg(self.proc.pid, sig)
+        else:
+            self.proc.send_signal(sig)
         try:
             return self.proc.wait(timeout=120)
         finally:
@@ -54,6 +59,14 @@ class Follower:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
         self.err.close()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _wait_for(syncer: Any, table: str, ids: set[int], follower: Follower, timeout: float = 120) -> float:
@@ -117,7 +130,11 @@ def test_follower_applies_rows_survives_a_restart_shares_with_compact_and_stops_
             assert "OPTIMIZE rewrote" in err and "compacted 1 table(s)" in out, err[-3000:]
             _wait_for(syncer, "public.t", ids, follower)
             syncer.assert_equal("public.t")
-        assert follower.stop() == errors.OK, follower.log.read_text()[-3000:]
+        assert follower.stop(group=True) == errors.OK, follower.log.read_text()[-3000:]
+        deadline = time.monotonic() + 60  # its JVM ends with it
+        while _group_alive(follower.proc.pid):
+            assert time.monotonic() < deadline, "the follower's JVM outlived it"
+            time.sleep(0.2)
         records = follower.records()
         assert records[-1]["message"].startswith("follower of consumer test stopped (SIGTERM)"), records[-1]
         assert not any(r["level"] == "error" for r in records), [r for r in records if r["level"] == "error"]
