@@ -95,8 +95,8 @@ def test_dump_restored_into_the_same_cluster_is_refused_until_reset_watermark(
         assert code == 1 and "restored from another one" in capsys.readouterr().out
 
         assert cli.main(["--config", str(_config(restored, tmp_path)), "reset-watermark"]) == 0
-        out = capsys.readouterr().out
-        assert "queue: deleted" in out and "reset 1 table(s) of consumer test" in out
+        said = capsys.readouterr()
+        assert "queue: deleted" in said.err and "reset 1 table(s) of consumer test" in said.out  # (log, result)
         restored.assert_equal("public.t")
         assert restored.delta("public.t").count() == 10
         with psycopg.connect(restored.dsn, autocommit=True) as r:  # the new history's txids reach Delta
