@@ -149,7 +149,8 @@ def main() -> None:
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="pgcdc-bench-lag-"))
-    pg = LocalPostgres(work / "pg", durable=args.durable, settings={"shared_buffers": "512MB"})
+    pg = LocalPostgres(Path(tempfile.mkdtemp(prefix="pgcdc-bench-pg-")), durable=args.durable,
+                       settings={"shared_buffers": "512MB"})
     pg.start()
     tables = [f"t{i}" for i in range(args.tables)]
     stop = threading.Event()
@@ -208,7 +209,7 @@ def main() -> None:
                     proc.wait(timeout=60)
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
-        pg.stop()
+        pg.stop(remove=True)
 
     seen: dict[str, list[tuple[int, float]]] = {t: [] for t in tables}
     for line in seen_file.read_text().splitlines():
