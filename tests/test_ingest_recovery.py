@@ -70,7 +70,8 @@ def test_killed_after_merge_then_rerun_applies_each_change_once(db: psycopg.Conn
                           capture_output=True, text=True, env=env,
                           cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "public.t: 1 events in 1 batches, 1 upserted, 0 deleted" in proc.stderr
+    # (under spark-submit the Python driver's stderr, its log, reaches spark-submit's stdout)
+    assert "public.t: 1 events in 1 batches, 1 upserted, 0 deleted" in proc.stdout + proc.stderr
     assert syncer.commits("public.t") == commits + 1  # only the new change was merged
     syncer.assert_equal("public.t")
     with psycopg.connect(syncer.dsn) as c:
