@@ -60,6 +60,18 @@ class _Redact(logging.Filter):
         return True
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever sys.stderr is at the time of the record (it may be replaced later)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def _mask(text: str) -> str:
     for secret in _secrets:
         text = text.replace(secret, "****")
@@ -75,7 +87,7 @@ def setup(level: str | None = None, fmt: str | None = None) -> None:
         raise ConfigError(f"log level {level!r} is not one of {', '.join(LEVELS)} (--log-level, PGCDC_LOG_LEVEL)")
     if fmt not in FORMATS:
         raise ConfigError(f"log format {fmt!r} is not one of {', '.join(FORMATS)} (--log-format, PGCDC_LOG_FORMAT)")
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.setFormatter(_JsonFormatter() if fmt == "json" else
                          logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%Y-%m-%d %H:%M:%S"))
     handler.addFilter(_Redact())

@@ -116,7 +116,7 @@ def _run_problems(conn: psycopg.Connection) -> list[str]:
         if free and (finished is None or finished < started):
             problems.append(f"the last ingest of consumer {consumer} (started {age(started)} ago) did not finish: "
                             "it was killed or lost its connection; run `pgcdc ingest` (it resumes safely)")
-        elif ok is False and (finished is not None and finished >= started):
+        elif ok is False and finished is not None:  # (while a run goes on, the last one that ended counts)
             problems.append(f"the last ingest of consumer {consumer} failed {age(finished)} ago: {error}; fix that "
                             "and run `pgcdc ingest`")
         if start_txmin is None:
