@@ -124,9 +124,11 @@ class Follower:
                 _log.debug("poll failed: %s", first_line(exc))
             heartbeat = time.monotonic() - last_run >= HEARTBEAT
             retry = any(b.due() for b in self.tables.values())  # a held-back table's pause is over
-            if not runs.due() or ((not work or work == stuck) and not heartbeat and not retry):
-                self.stop.wait(min(self.interval, max(runs.next_try - time.monotonic(), 0.05))
-                               if not runs.due() else self.interval)
+            if not runs.due():  # (a failed run's pause)
+                self.stop.wait(min(self.interval, max(runs.next_try - time.monotonic(), 0.05)))
+                continue
+            if (not work or work == stuck) and not heartbeat and not retry:
+                self.stop.wait(self.interval)
                 continue
             try:
                 reports = self.run_once(job)
@@ -147,8 +149,7 @@ class Follower:
                 _log.info("run succeeded again after %d failure(s)", runs.failures)
             runs = Backoff()
             last_run = time.monotonic()
-            applied = any(r.batches or r.copied is not None for r in reports)
-            stuck = None if applied else work
+            stuck = None if any(r.wrote for r in reports) else work
             if self.compact_every is not None and time.monotonic() - last_compact >= self.compact_every \
                     and not self.stop():
                 last_compact = time.monotonic()
@@ -166,6 +167,8 @@ class Follower:
         held = frozenset(name for name, b in self.tables.items() if not b.due())
         reports, failed = job.run_tables(skip=held)
         self.known = set(job.table_ids.values())
+        for name in [name for name in self.tables if name not in job.table_ids]:  # (detached meanwhile)
+            del self.tables[name]
         for r in reports:
             if self.tables.pop(r.table, None) is not None:
                 _log.info("%s: synced again", r.table)

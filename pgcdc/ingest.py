@@ -60,6 +60,11 @@ class TableReport:
     pending_events: int = 0
     oldest_pending: datetime | None = None  # when the oldest event not applied yet was queued
 
+    @property
+    def wrote(self) -> bool:
+        """Whether the run wrote to the table (a batch or a copy)."""
+        return bool(self.batches) or self.copied is not None
+
     def fields(self) -> dict[str, object]:
         return {"record": "table"} | asdict(self)
 
@@ -217,7 +222,7 @@ class Job:
             engine.finish(path)
         report.watermark = state.watermark
         report.pending_events, report.oldest_pending = pending(reader, state)
-        if report.batches or report.copied is not None:
+        if report.wrote:
             self.say(report.line(), logging.INFO, **report.fields())
         else:
             self.routine(report.line())

@@ -62,8 +62,8 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list["Ta
             with suppress(psycopg.Error):  # (the connection may be what failed)
                 record_run(primary, job.settings.consumer, error=first_line(exc))
             raise
-        if failed or skip:
-            held = [name for name in skip if name in {t.name for t in tables}]
+        held = [t.name for t in tables if t.name in skip]
+        if failed or held:
             summary = "; ".join([f"{name}: {first_line(exc)}" for name, exc in failed.items()]
                                 + [f"{name}: held back after failures" for name in held])
             record_run(primary, job.settings.consumer,
@@ -71,15 +71,13 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list["Ta
         else:  # (a run stopped part-way leaves the txmin all tables reached before)
             record_run(primary, job.settings.consumer, start_txmin=None if job.stopping() else start.txmin)
     seconds = round(time.monotonic() - began, 3)
-    busy = any(r.batches or r.copied is not None for r in reports)
-    _log.log(logging.INFO if busy or failed or not job.following else logging.DEBUG,
+    events_, batches = sum(r.events for r in reports), sum(r.batches for r in reports)
+    _log.log(logging.INFO if any(r.wrote for r in reports) or failed or not job.following else logging.DEBUG,
              "run of consumer %s: %d table(s) synced, %d failed; %d events in %d batches (%.2f s)",
-             job.settings.consumer, len(reports), len(failed), sum(r.events for r in reports),
-             sum(r.batches for r in reports), seconds,
+             job.settings.consumer, len(reports), len(failed), events_, batches, seconds,
              extra=fields(record="run", consumer=job.settings.consumer, tables=len(reports), failed=sorted(failed),
-                           batches=sum(r.batches for r in reports), events=sum(r.events for r in reports),
-                           upserted=sum(r.upserted for r in reports), deleted=sum(r.deleted for r in reports),
-                           seconds=seconds))
+                          batches=batches, events=events_, upserted=sum(r.upserted for r in reports),
+                          deleted=sum(r.deleted for r in reports), seconds=seconds))
     return reports, failed
 
 
