@@ -189,7 +189,8 @@ class Follower:
         every = not s.tables
         if self.poll_conn is None or self.poll_conn.closed or self.poll_conn.broken:
             self.poll_conn = connect(s.source.replica_dsn or s.source.dsn,
-                                     role="source.replica_dsn" if s.source.replica_dsn else "source.dsn")
+                                     role="source.replica_dsn" if s.source.replica_dsn else "source.dsn",
+                                     reader=True)  # (names resolve in pg_catalog first, as in every reading session)
         try:
             rows = self.poll_conn.execute(
                 "select a.table_id, case when st.table_id is null or st.resync_reason is not null then 1 else "
