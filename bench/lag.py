@@ -145,6 +145,8 @@ def main() -> None:
     ap.add_argument("--engine", default="auto", choices=["auto", "merge", "fast"])
     ap.add_argument("--interval", type=float, default=0.2, help="the follower's --interval")
     ap.add_argument("--rss-every", type=float, default=30.0, help="seconds between memory samples")
+    ap.add_argument("--compact-files", type=int, default=None,
+                    help="the follower's [ingest] compact_files (default: pgcdc's; 0 = never compact)")
     ap.add_argument("--durable", action="store_true", help="fsync on in PostgreSQL (default off, as in the tests)")
     args = ap.parse_args()
 
@@ -166,7 +168,8 @@ def main() -> None:
         lake = work / "lake"
         cfg = work / "pgcdc.toml"
         cfg.write_text(f'consumer = "lag"\n[source]\ndsn = "{pg.dsn()}"\n[target]\nroot = "{lake}"\n'
-                       f'[ingest]\nengine = "{args.engine}"\n')
+                       f'[ingest]\nengine = "{args.engine}"\n'
+                       + (f"compact_files = {args.compact_files}\n" if args.compact_files is not None else ""))
         log = open(work / "follower.log", "w")
         follower = subprocess.Popen([sys.executable, "-m", "pgcdc", "--config", str(cfg), "--log-format", "json",
                                      "ingest", "--follow", "--interval", str(args.interval)],

@@ -7,7 +7,8 @@ between runs). The retention is Delta's own check: the table's
 `delta.deletedFileRetentionDuration` (7 days unless set) or longer, so a reader of an older
 version within it keeps its files. pgcdc's own files beside the table (`_pgcdc/`, the fast
 engine's key indexes) are left alone by VACUUM; a key index whose data file went is dropped
-by the next run.
+by the next run. Runs themselves compact a table's small files once there are many
+(`[ingest] compact_files`, with `optimize` below); VACUUM is left to this command.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pgcdc import capture, consumers, target
+from pgcdc import capture, consumers, faults, tablelog, tableplan, target
 from pgcdc.db import connect
 from pgcdc.errors import ConfigError, TargetError
 from pgcdc.log import fields
-from pgcdc.runs import select_tables
+from pgcdc.runs import first_line, select_tables
 from pgcdc.settings import Settings
 from pgcdc.state import table_path
 
@@ -63,16 +64,47 @@ def compact(settings: Settings, spark: "SparkSession", names: list[str], retain_
             target.check_owner(spark, path, settings.consumer, None if recorded else t.name)
             began = time.monotonic()
             result = Compacted(t.name, path)
-            table = DeltaTable.forPath(spark, path)
-            metrics = table.optimize().executeCompaction().collect()[0]["metrics"]
-            result.files_removed, result.files_added = int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
-            result.vacuumed = _vacuum(spark, table, path, retain_hours)
+            result.files_removed, result.files_added = optimize(spark, path)
+            result.vacuumed = _vacuum(spark, DeltaTable.forPath(spark, path), path, retain_hours)
             seconds = round(time.monotonic() - began, 3)
             _log.info(result.line(), extra=fields(record="compact", table=t.name, path=path, seconds=seconds,
                                                   files_removed=result.files_removed, files_added=result.files_added,
                                                   vacuumed=result.vacuumed))
             done.append(result)
     return done
+
+
+def small_files(spark: "SparkSession", path: str, name: str, compact_files: int) -> Compacted | None:
+    """At the end of a run that applied batches to the table: compact its small files if
+    tableplan.compact_reason says so (the run holds the consumer's lock). A failure (another
+    writer's commit meanwhile) is logged and left to the next run: it never fails the sync."""
+    why = tableplan.compact_reason(tablelog.read_state(spark, path, need_txns=False), compact_files)
+    if why is None:
+        return None
+    began = time.monotonic()
+    try:
+        removed, added = optimize(spark, path, tableplan.SMALL_FILE)
+    except Exception as exc:  # (the batches are committed: a lost race with another writer only delays this)
+        _log.warning("%s: compacting its %s failed (%s); a later run tries again", name, why, first_line(exc))
+        return None
+    faults.failpoint("after-compact")
+    seconds = round(time.monotonic() - began, 3)
+    _log.info("%s: %s: OPTIMIZE rewrote %d file(s) into %d (%.2f s)", name, why, removed, added, seconds,
+              extra=fields(record="compact", table=name, path=path, seconds=seconds, files_removed=removed,
+                           files_added=added, vacuumed=0))
+    return Compacted(name, path, removed, added)
+
+
+def optimize(spark: "SparkSession", path: str, below: int | None = None) -> tuple[int, int]:
+    """Delta's OPTIMIZE (public API) of the table at `path`: its files under `below` bytes
+    only (and any with many deleted rows), or all under Delta's own 1 GiB bound; (files
+    removed, files added)."""
+    from delta.tables import DeltaTable
+
+    confs = {} if below is None else {"spark.databricks.delta.optimize.minFileSize": str(below)}
+    with target.session_confs(spark, confs):
+        metrics = DeltaTable.forPath(spark, path).optimize().executeCompaction().collect()[0]["metrics"]
+    return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
 
 
 def _lock(conn: Any, consumer: str, wait: float) -> None:

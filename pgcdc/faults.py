@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 
 # Every failpoint, in the order a batch passes them (a first sync passes before-copy-commit
-# instead of the merge's three); the randomized test crashes at each.
+# instead of the merge's three; after-compact comes after a table's last batch of a run, where
+# its small files were compacted); the randomized test crashes at each.
 FAILPOINTS = ("before-merge", "before-commit", "before-copy-commit", "after-merge", "after-commit",
-              "after-state-file")
+              "after-state-file", "after-compact")
 
 
 _passed = 0

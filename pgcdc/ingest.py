@@ -11,21 +11,20 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import psycopg
 
-from pgcdc import access, capture, catalog, consumers, enrich, events, faults, storage, tablelog, target
+from pgcdc import access, capture, catalog, compact, consumers, enrich, events, faults, storage, tablelog, target
 from pgcdc.log import fields
 from pgcdc.capture import AttachedTable
 from pgcdc.db import connect, jdbc_options
 from pgcdc.engines import BatchWork, Chooser, Engine
 from pgcdc.errors import TargetError
-from pgcdc.runs import check_state, pending, preflight, select_tables
+from pgcdc.runs import TableReport, check_state, pending, preflight, select_tables
 from pgcdc.settings import Settings
 from pgcdc.state import (ConsumerState, committed_batch, load_state, mark_committing, mirror_state, read_state_file,
                          register_table, table_path, write_state_file)
@@ -45,36 +44,6 @@ class ColumnsChanged(Exception):
     """A batch read found the table's columns changed since its run checked them."""
 
 
-@dataclass
-class TableReport:
-    """What one run did to one table."""
-
-    table: str
-    path: str
-    batches: int = 0
-    events: int = 0
-    upserted: int = 0
-    deleted: int = 0
-    copied: int | None = None  # rows of a first sync
-    watermark: int = 0
-    pending_events: int = 0
-    oldest_pending: datetime | None = None  # when the oldest event not applied yet was queued
-
-    @property
-    def wrote(self) -> bool:
-        """Whether the run wrote to the table (a batch or a copy)."""
-        return bool(self.batches) or self.copied is not None
-
-    def fields(self) -> dict[str, object]:
-        return {"record": "table"} | asdict(self)
-
-    def line(self) -> str:
-        what = f"copied {self.copied} rows, then " if self.copied is not None else ""
-        return (f"{self.table}: {what}{self.events} events in {self.batches} batches, {self.upserted} upserted, "
-                f"{self.deleted} deleted; watermark {self.watermark}; {self.pending_events} events pending "
-                f"-> {self.path}")
-
-
 class Job:
     """One ingest run for one consumer."""
 
@@ -88,6 +57,7 @@ class Job:
         self.following = following
         self.stopping: Callable[[], bool] = lambda: False  # a follower's stop request, seen between batches
         self.table_ids: dict[str, int] = {}  # the last run's tables
+        self.compacted = False  # whether this run compacted a table
         self.reader_dsn = settings.source.replica_dsn or settings.source.dsn
         self.reader_role = "source.replica_dsn" if settings.source.replica_dsn else "source.dsn"
         self.chooser = Chooser(spark, settings.ingest.engine)  # refuses an engine this Delta build cannot run
@@ -211,6 +181,12 @@ class Job:
                 break
             if self.stopping():
                 break
+        if report.batches and not self.stopping():  # (each batch added files)
+            # a follower's run compacts one table, so the others' batches wait one OPTIMIZE at
+            # most; another waits for a later run unless it has twice as many small files
+            again = self.following and self.compacted
+            if compact.small_files(self.spark, path, t.name, s.ingest.compact_files * (2 if again else 1)):
+                self.compacted = True
         return self.finish(primary, reader, state, path, report, choice.engine)
 
     def finish(self, primary: psycopg.Connection, reader: psycopg.Connection, state: ConsumerState, path: str,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 if TYPE_CHECKING:
-    from pgcdc.ingest import TableReport
+    from pgcdc.runs import TableReport
 
 _log = logging.getLogger(__name__)
 

@@ -8,6 +8,7 @@ import logging
 import re
 import time
 from contextlib import suppress
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -22,18 +23,49 @@ from pgcdc.log import fields
 from pgcdc.state import ConsumerState, committing_batch
 
 if TYPE_CHECKING:
-    from pgcdc.ingest import Job, TableReport
+    from pgcdc.ingest import Job
 
 _log = logging.getLogger(__name__)
 
 
-def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list["TableReport"], dict[str, Exception]]:
+@dataclass
+class TableReport:
+    """What one run did to one table."""
+
+    table: str
+    path: str
+    batches: int = 0
+    events: int = 0
+    upserted: int = 0
+    deleted: int = 0
+    copied: int | None = None  # rows of a first sync
+    watermark: int = 0
+    pending_events: int = 0
+    oldest_pending: datetime | None = None  # when the oldest event not applied yet was queued
+
+    @property
+    def wrote(self) -> bool:
+        """Whether the run wrote to the table (a batch or a copy)."""
+        return bool(self.batches) or self.copied is not None
+
+    def fields(self) -> dict[str, object]:
+        return {"record": "table"} | asdict(self)
+
+    def line(self) -> str:
+        what = f"copied {self.copied} rows, then " if self.copied is not None else ""
+        return (f"{self.table}: {what}{self.events} events in {self.batches} batches, {self.upserted} upserted, "
+                f"{self.deleted} deleted; watermark {self.watermark}; {self.pending_events} events pending "
+                f"-> {self.path}")
+
+
+def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[TableReport], dict[str, Exception]]:
     """Sync every table once, except `skip` (tables a follower holds back after failures):
     the reports, and the tables that failed with their errors. One table's failure never
     holds the others back; a lost connection or an interrupt ends the run."""
     began = time.monotonic()
     with job.source(job.settings.tables) as (primary, reader, tables, jdbc, identity):
         job.table_ids = {t.name: t.table_id for t in tables}
+        job.compacted = False
         if not tables:
             job.say("no tables attached; run `pgcdc attach SCHEMA.TABLE` first")
             return [], {}

@@ -95,6 +95,12 @@ class IngestSettings(BaseModel):
         "or retyped without the DDL guard, see docs/capture.md): copy: copy the table again, so every row takes "
         "the new columns and their values (defaults included); fail: stop the table's sync naming `pgcdc resync`",
     )
+    compact_files: int = Field(
+        default=40, ge=0,
+        description="a table with at least this many small files (under 32 MiB) has them compacted by Delta's "
+        "OPTIMIZE at the end of a run that applied batches to it: every batch adds a file, and each file makes "
+        "later batches slower; 0 = never (`pgcdc compact` still does it)",
+    )
     recopy_fraction: float = Field(
         default=0.25, ge=0, le=1,
         description="a batch changing at least this fraction of a table's rows (estimated) is applied by "

@@ -37,7 +37,9 @@ class LogState:
     metadata: dict[str, Any] = field(default_factory=dict)
     protocol: dict[str, Any] = field(default_factory=dict)
     txns: dict[str, int] | None = None  # appId -> version; None if not read (replay_txns reads them)
-    all_files: list[str] | None = None  # data file paths as the checksum lists them, if it does
+    all_files: dict[str, int] | None = None  # data file path -> size in bytes, as the checksum lists them, if it does
+    num_files: int | None = None  # data files of the version (from its checksum)
+    table_bytes: int | None = None  # their total size (from its checksum)
 
     @property
     def configuration(self) -> dict[str, str]:
@@ -130,8 +132,13 @@ def read_state(spark: "SparkSession", path: str, need_txns: bool = True) -> LogS
         txns = {t["appId"]: int(t["version"]) for t in crc.get("setTransactions") or []}
         files = crc.get("allFiles")
         return LogState(version, crc["metadata"], crc["protocol"], txns if need_txns else None,
-                        [f["path"] for f in files] if isinstance(files, list) else None)
+                        {f["path"]: int(f.get("size") or 0) for f in files} if isinstance(files, list) else None,
+                        _count(crc.get("numFiles")), _count(crc.get("tableSizeBytes")))
     return _replay(spark, path, names, version)
+
+
+def _count(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) else None
 
 
 def _replay(spark: "SparkSession", path: str, names: list[str], version: int) -> LogState:

@@ -1,6 +1,7 @@
 """Deciding what a table needs, apart from doing it (pgcdc/ingest.py does it): a copy before
-any batch (`copy_reason`), and for each planned batch: apply it, copy the table instead, or
-only move the watermark (`next_step`)."""
+any batch (`copy_reason`), for each planned batch: apply it, copy the table instead, or
+only move the watermark (`next_step`), and after its batches a compaction of its small
+files (`compact_reason`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pgcdc import tablelog, target
 from pgcdc.errors import TargetError
 from pgcdc.state import resync_reason
 
+SMALL_FILE = 32 * 1024 * 1024  # bytes: a data file under this is small (Delta's OPTIMIZE aims at 1 GiB files)
+
 if TYPE_CHECKING:
     import psycopg
     from pyspark.sql import SparkSession
@@ -19,6 +22,7 @@ if TYPE_CHECKING:
     from pgcdc.capture import AttachedTable
     from pgcdc.events import Batch
     from pgcdc.settings import Settings
+    from pgcdc.tablelog import LogState
 
 
 @dataclass(frozen=True)
@@ -70,3 +74,21 @@ def columns_changed(spark: "SparkSession", settings: "Settings", t: "AttachedTab
                           f"`pgcdc resync {t.name}` to copy the table again (or set ingest.on_schema_change "
                           f"= \"copy\" to have runs do it)")
     return changed
+
+
+def compact_reason(log: "LogState", compact_files: int) -> str | None:
+    """Why the table's small files should be compacted now, or None: it has at least
+    `compact_files` files under SMALL_FILE. Each batch adds a file (or two); every file
+    costs each later batch a little, and past 50 files Delta stops listing them in its
+    checksum, which the fast engine and the gone-files check then have to replay. Counted
+    from the checksum (its file list, else its file count and total size); a version
+    without one is not judged."""
+    if compact_files <= 0:
+        return None
+    if log.all_files is not None:
+        small = sum(1 for size in log.all_files.values() if size < SMALL_FILE)
+    elif log.num_files and log.table_bytes is not None and log.table_bytes / log.num_files < SMALL_FILE:
+        small = log.num_files  # (files averaging under SMALL_FILE: most are small)
+    else:
+        return None
+    return f"{small} small files" if small >= compact_files else None

@@ -98,6 +98,22 @@ def spark_ident(name: str) -> str:
 
 
 @contextmanager
+def session_confs(spark: "SparkSession", confs: dict[str, str]) -> Iterator[None]:
+    """Session confs set for one statement, then restored."""
+    before: dict[str, str | None] = {k: spark.conf.get(k, None) for k in confs}
+    for k, v in confs.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, old in before.items():
+            if old is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, old)
+
+
+@contextmanager
 def state_commit(spark: "SparkSession", state: ConsumerState) -> Iterator[None]:
     """Session confs that put the state into the next Delta commit; always unset after."""
     confs = {"spark.databricks.delta.write.txnAppId": app_id(state.consumer),

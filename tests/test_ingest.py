@@ -453,6 +453,46 @@ def test_key_index_serves_later_batches_only_while_it_matches_its_data_file(db: 
     assert len(list(keys_dir.iterdir())) == 2
 
 
+@pytest.mark.parametrize("engine", ["auto", "merge"])
+def test_runs_compact_a_tables_small_files_once_there_are_enough(db: psycopg.Connection, syncer, engine: str) -> None:
+    """Every batch adds a file; a run that leaves a table with `compact_files` small files
+    compacts them (Delta's OPTIMIZE, after its batches), and batches after it stay exact."""
+    from delta.tables import DeltaTable
+
+    db.execute("create table t (id int primary key, v text)")
+    db.execute("create table quiet (id int primary key)")
+    db.execute("insert into t select i, 'v' || i from generate_series(1, 200) i")
+    db.execute("insert into quiet values (1)")
+    capture.attach(db, "t")
+    capture.attach(db, "quiet")
+    syncer.run(engine=engine, compact_files=3)  # the copy: one file
+    table = DeltaTable.forPath(syncer.spark, syncer.path("public.t"))
+
+    def files() -> int:
+        return int(table.detail().collect()[0]["numFiles"])
+
+    def operations() -> list[str]:
+        return [r.operation for r in table.history().orderBy("version").collect()]
+
+    db.execute("update t set v = 'a' where id in (1, 150)")
+    syncer.run(engine=engine, compact_files=3)
+    assert files() == 2 and "OPTIMIZE" not in operations()  # 2 small files: not yet
+    db.execute("update t set v = 'b' where id in (2, 151)")
+    db.execute("delete from t where id = 3")
+    syncer.run(engine=engine, compact_files=3)
+    assert operations()[-1] == "OPTIMIZE" and files() == 1, operations()
+    syncer.assert_equal("public.t")
+    assert operations()[-2] == "MERGE"  # the batch itself, then its compaction
+    for i in range(4):  # batches on the compacted file; without compaction (0) the files pile up
+        db.execute("update t set v = 'c' || %s where id in (%s, %s)", (i, 10 + i, 160 + i))
+        syncer.run(engine=engine, compact_files=0)
+    assert files() == 5 and operations().count("OPTIMIZE") == 1
+    syncer.assert_equal("public.t")
+    quiet = DeltaTable.forPath(syncer.spark, syncer.path("public.quiet"))
+    assert [r.operation for r in quiet.history().collect()] != [] and \
+        "OPTIMIZE" not in {r.operation for r in quiet.history().collect()}  # (no batches: left alone)
+
+
 def test_column_names_delta_accepts_only_with_column_mapping_land_exactly(db: psycopg.Connection, syncer) -> None:
     """A table whose column names hold a space, comma, '=' (...) gets Delta column mapping
     (name mode) when its Delta table is created; a column renamed so later turns it on when

@@ -161,3 +161,18 @@ def test_driver_search_marks_exactly_the_rows_holding_the_keys(tmp_path: Path, k
     for value_set in (key_array, pa.array(keys * 40, type=key_array.type)):  # many keys: one group of files
         masks = driver_marks._masks(str(tmp_path), paths, "k", value_set)
         assert [m.to_pylist() for m in masks] == [[v in set(keys) for v in values] for values in stored]
+
+
+def test_compaction_is_due_once_a_table_has_enough_small_files() -> None:
+    from pgcdc.tablelog import LogState
+    from pgcdc.tableplan import SMALL_FILE, compact_reason
+
+    small, big = 1_000, SMALL_FILE
+    listed = LogState(3, all_files={f"f{i}": small for i in range(4)} | {"big": big})
+    assert compact_reason(listed, 4) == "4 small files"
+    assert compact_reason(listed, 5) is None  # (the big file does not count)
+    assert compact_reason(listed, 0) is None  # 0: never
+    counted = LogState(3, num_files=60, table_bytes=60 * small)  # a checksum without its file list
+    assert compact_reason(counted, 40) == "60 small files"
+    assert compact_reason(LogState(3, num_files=60, table_bytes=60 * big), 40) is None
+    assert compact_reason(LogState(3), 1) is None  # no checksum: not judged

@@ -16,35 +16,17 @@ row ids where the table has them. What it has that a hand-written MERGE lacks:
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from pgcdc import enrich, faults, tablelog
 from pgcdc.errors import ConflictError, TargetError
 from pgcdc.state import app_id
-from pgcdc.target import Written, last_commit, spark_ident as _col, state_commit
+from pgcdc.target import Written, last_commit, session_confs, spark_ident as _col, state_commit
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, SparkSession
+    from pyspark.sql import Column
 
     from pgcdc.engines import BatchWork
-
-
-@contextmanager
-def _confs(spark: "SparkSession", confs: dict[str, str]) -> Iterator[None]:
-    """Session confs set for one statement, then restored."""
-    before: dict[str, str | None] = {k: spark.conf.get(k, None) for k in confs}
-    for k, v in confs.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k, old in before.items():
-            if old is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, old)
 
 
 def _concurrent(exc: Exception) -> bool:
@@ -87,7 +69,7 @@ class MergeEngine:
                      .whenNotMatchedInsert(live, values))
             try:
                 # the source is cached: MERGE need not materialize it again
-                with state_commit(spark, state), _confs(spark, {"spark.databricks.delta.merge.materializeSource":
+                with state_commit(spark, state), session_confs(spark, {"spark.databricks.delta.merge.materializeSource":
                                                                 "none"}):
                     merge.execute()
             except Exception as exc:
