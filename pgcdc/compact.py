@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pgcdc import capture, consumers, faults, tablelog, tableplan, target
 from pgcdc.db import connect
 from pgcdc.errors import ConfigError, TargetError
+from pgcdc.jvm import SideThread
 from pgcdc.log import fields
 from pgcdc.runs import first_line, select_tables
 from pgcdc.settings import Settings
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _log = logging.getLogger(__name__)
+_SIDE = SideThread("pgcdc-compact")  # (one for the process: each thread that calls the JVM keeps a JVM thread)
 
 LOCK_WAIT = 300.0  # seconds a compaction waits for a run of the consumer to end
 
@@ -74,17 +77,53 @@ def compact(settings: Settings, spark: "SparkSession", names: list[str], retain_
     return done
 
 
-def small_files(spark: "SparkSession", path: str, name: str, compact_files: int) -> Compacted | None:
-    """At the end of a run that applied batches to the table: compact its small files if
-    tableplan.compact_reason says so (the run holds the consumer's lock). A failure (another
-    writer's commit meanwhile) is logged and left to the next run: it never fails the sync."""
-    why = tableplan.compact_reason(tablelog.read_state(spark, path, need_txns=False), compact_files)
-    if why is None:
-        return None
+class Compactor:
+    """Compacts the small files of a run's tables beside the run (`after_batches`), one
+    table at a time, so the other tables' batches go on meanwhile: on pgcdc's side thread
+    and in a session of its own (spark.side_session: the run's state confs never reach an
+    OPTIMIZE commit). The run waits for it (`wait`) before it lets the consumer's lock go,
+    so a compaction never overlaps another run's batches of the same table."""
+
+    def __init__(self, spark: "SparkSession", conf: dict[str, str]) -> None:
+        self.spark, self.conf = spark, conf
+        self.session: "SparkSession | None" = None
+        self.running: "Future[Compacted | None] | None" = None
+
+    def after_batches(self, path: str, name: str, compact_files: int) -> None:
+        """After a run applied batches to the table at `path`: compact its small files if
+        tableplan.compact_reason says so. While another table's compaction runs, this one
+        waits for a later run, unless it has twice as many small files."""
+        if compact_files <= 0:
+            return
+        log = tablelog.read_state(self.spark, path, need_txns=False)
+        why = tableplan.compact_reason(log, compact_files)
+        if why is None:
+            return
+        if self.running is not None and not self.running.done():
+            if tableplan.compact_reason(log, 2 * compact_files) is None:
+                return
+            self.wait()
+        if self.session is None:
+            from pgcdc.spark import side_session
+
+            self.session = side_session(self.spark, self.conf)
+        session = self.session
+        self.running = _SIDE.submit(lambda: small_files(session, path, name, why))
+
+    def wait(self) -> "Compacted | None":
+        """Wait for the compaction in flight, if any; its result (a crash in it is raised here)."""
+        running, self.running = self.running, None
+        return None if running is None else running.result()
+
+
+def small_files(spark: "SparkSession", path: str, name: str, why: str) -> Compacted | None:
+    """Compact the table's small files (`why`: how many). A failure (another writer's commit
+    meanwhile) is logged and left to a later run: the batches are committed, so it never
+    fails the sync."""
     began = time.monotonic()
     try:
         removed, added = optimize(spark, path, tableplan.SMALL_FILE)
-    except Exception as exc:  # (the batches are committed: a lost race with another writer only delays this)
+    except Exception as exc:
         _log.warning("%s: compacting its %s failed (%s); a later run tries again", name, why, first_line(exc))
         return None
     faults.failpoint("after-compact")

@@ -57,7 +57,7 @@ class Job:
         self.following = following
         self.stopping: Callable[[], bool] = lambda: False  # a follower's stop request, seen between batches
         self.table_ids: dict[str, int] = {}  # the last run's tables
-        self.compacted = False  # whether this run compacted a table
+        self.compactor = compact.Compactor(spark, settings.spark.conf)  # small files, beside the run
         self.reader_dsn = settings.source.replica_dsn or settings.source.dsn
         self.reader_role = "source.replica_dsn" if settings.source.replica_dsn else "source.dsn"
         self.chooser = Chooser(spark, settings.ingest.engine)  # refuses an engine this Delta build cannot run
@@ -182,11 +182,7 @@ class Job:
             if self.stopping():
                 break
         if report.batches and not self.stopping():  # (each batch added files)
-            # a follower's run compacts one table, so the others' batches wait one OPTIMIZE at
-            # most; another waits for a later run unless it has twice as many small files
-            again = self.following and self.compacted
-            if compact.small_files(self.spark, path, t.name, s.ingest.compact_files * (2 if again else 1)):
-                self.compacted = True
+            self.compactor.after_batches(path, t.name, s.ingest.compact_files)
         return self.finish(primary, reader, state, path, report, choice.engine)
 
     def finish(self, primary: psycopg.Connection, reader: psycopg.Connection, state: ConsumerState, path: str,

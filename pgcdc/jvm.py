@@ -4,6 +4,8 @@ changes them fails here, loudly."""
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from functools import lru_cache
@@ -88,3 +90,33 @@ def alongside(there: Callable[[], T], here: Callable[[], U]) -> tuple[T, U]:
     finally:
         wait([future])
     return future.result(), result
+
+
+class SideThread:
+    """One daemon thread for long JVM work beside the main thread (a compaction beside a
+    run's batches): work runs in turn, each result or error (BaseException too) goes to
+    its Future. A daemon, so a process told to stop at once is not held by the work."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.work: "queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]]]" = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()
+
+    def submit(self, work: Callable[[], T]) -> "Future[T]":
+        future: Future[T] = Future()
+        with self.lock:
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+                self.thread.start()
+        self.work.put((future, work))
+        return future
+
+    def _loop(self) -> None:
+        while True:
+            future, work = self.work.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(work())
+                except BaseException as exc:  # (a simulated crash too: the waiter re-raises it)
+                    future.set_exception(exc)

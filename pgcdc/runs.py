@@ -65,7 +65,6 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
     began = time.monotonic()
     with job.source(job.settings.tables) as (primary, reader, tables, jdbc, identity):
         job.table_ids = {t.name: t.table_id for t in tables}
-        job.compacted = False
         if not tables:
             job.say("no tables attached; run `pgcdc attach SCHEMA.TABLE` first")
             return [], {}
@@ -88,9 +87,13 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
                     job.say(f"{t.name}: FAILED: {first_line(exc)}", logging.ERROR, record="table_failed",
                              table=t.name, error=first_line(exc))
                     failed[t.name] = exc
+            job.compactor.wait()  # (before the lock goes: the next run may write the table)
             for action, part in capture.maintain(primary):
                 job.routine(f"queue: {action} {part}")
         except BaseException as exc:
+            if not isinstance(exc, KeyboardInterrupt):  # (a stop at once does not wait for it)
+                with suppress(Exception):
+                    job.compactor.wait()
             with suppress(psycopg.Error):  # (the connection may be what failed)
                 record_run(primary, job.settings.consumer, error=first_line(exc))
             raise

@@ -153,6 +153,18 @@ def _apply_at_runtime(session: "SparkSession", conf: dict[str, str]) -> None:
                          "--conf %s=...", key, key)
 
 
+def side_session(spark: "SparkSession", conf: dict[str, str]) -> "SparkSession":
+    """A session beside `spark` for work on another thread: the same SparkContext (jars,
+    Hadoop's conf, executors) with SQL confs of its own, so what one thread sets around a
+    commit (the consumer state's txnAppId and userMetadata) never lands in the other's
+    commits. The [spark] conf's SQL confs are set again (spark-submit gives them at run time)."""
+    side = spark.newSession()
+    for key, value in conf.items():
+        if key.startswith(("spark.sql.", "spark.databricks.")) and side.conf.isModifiable(key):
+            side.conf.set(key, value)
+    return side
+
+
 # Environment variables that hold secrets pgcdc uses on the Python side only (the JVM gets the
 # password as a JDBC option of each read, never from its environment)
 _SECRET_ENV = re.compile(r"^(PGCDC_SOURCE__.*|PGPASSWORD|PGCDC_.*(PASSWORD|SECRET|DSN|TOKEN).*)$", re.IGNORECASE)

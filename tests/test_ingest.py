@@ -456,15 +456,18 @@ def test_key_index_serves_later_batches_only_while_it_matches_its_data_file(db: 
 @pytest.mark.parametrize("engine", ["auto", "merge"])
 def test_runs_compact_a_tables_small_files_once_there_are_enough(db: psycopg.Connection, syncer, engine: str) -> None:
     """Every batch adds a file; a run that leaves a table with `compact_files` small files
-    compacts them (Delta's OPTIMIZE, after its batches), and batches after it stay exact."""
+    compacts them (Delta's OPTIMIZE, after its batches, beside the next table's batches, in a
+    session of its own: no consumer state lands in its commit), and batches after it stay exact."""
     from delta.tables import DeltaTable
 
     db.execute("create table t (id int primary key, v text)")
+    db.execute("create table u (id int primary key, v text)")  # (synced after t: beside its compaction)
     db.execute("create table quiet (id int primary key)")
     db.execute("insert into t select i, 'v' || i from generate_series(1, 200) i")
+    db.execute("insert into u select i, 'v' || i from generate_series(1, 200) i")
     db.execute("insert into quiet values (1)")
-    capture.attach(db, "t")
-    capture.attach(db, "quiet")
+    for name in ("t", "u", "quiet"):
+        capture.attach(db, name)
     syncer.run(engine=engine, compact_files=3)  # the copy: one file
     table = DeltaTable.forPath(syncer.spark, syncer.path("public.t"))
 
@@ -479,10 +482,15 @@ def test_runs_compact_a_tables_small_files_once_there_are_enough(db: psycopg.Con
     assert files() == 2 and "OPTIMIZE" not in operations()  # 2 small files: not yet
     db.execute("update t set v = 'b' where id in (2, 151)")
     db.execute("delete from t where id = 3")
+    db.execute("update u set v = 'b' where id < 100")
     syncer.run(engine=engine, compact_files=3)
     assert operations()[-1] == "OPTIMIZE" and files() == 1, operations()
     syncer.assert_equal("public.t")
+    syncer.assert_equal("public.u")
     assert operations()[-2] == "MERGE"  # the batch itself, then its compaction
+    optimized = table.history(1).collect()[0]
+    commit = Path(syncer.path("public.t"), "_delta_log", f"{optimized.version:020d}.json").read_text()
+    assert optimized.userMetadata is None and '"txn"' not in commit
     for i in range(4):  # batches on the compacted file; without compaction (0) the files pile up
         db.execute("update t set v = 'c' || %s where id in (%s, %s)", (i, 10 + i, 160 + i))
         syncer.run(engine=engine, compact_files=0)
