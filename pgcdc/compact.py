@@ -91,18 +91,19 @@ class Compactor:
 
     def after_batches(self, path: str, name: str, compact_files: int) -> None:
         """After a run applied batches to the table at `path`: compact its small files if
-        tableplan.compact_reason says so. While another table's compaction runs, this one
-        waits for a later run, unless it has twice as many small files."""
+        tableplan.compact_reason says so. One table a run, so the others' batches share the
+        machine with one OPTIMIZE at most (tables synced at the same pace come due together);
+        another waits for a later run, unless it has twice as many small files."""
         if compact_files <= 0:
             return
         log = tablelog.read_state(self.spark, path, need_txns=False)
         why = tableplan.compact_reason(log, compact_files)
         if why is None:
             return
-        if self.running is not None and not self.running.done():
+        if self.running is not None:  # (this run's: `wait` at the run's end clears it)
             if tableplan.compact_reason(log, 2 * compact_files) is None:
                 return
-            self.wait()
+            self.running.result()
         if self.session is None:
             from pgcdc.spark import side_session
 

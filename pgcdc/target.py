@@ -9,6 +9,7 @@ through the session confs of `state_commit`).
 from __future__ import annotations
 
 import re
+import zlib
 from contextlib import contextmanager
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,10 +30,18 @@ OWNER = "pgcdc.consumer"
 SOURCE = "pgcdc.source"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 # Delta writes a checkpoint every this many commits (its default: 10). A checkpoint costs
-# a state reconstruction and a Parquet write (~2.5 s on a small table, 2 cores), whatever
+# a state reconstruction and a Parquet write (1-2.5 s on a small table, 2 cores), whatever
 # the batch; frequent small batches pay it ten times less often, and a reader that starts
-# cold replays up to 99 small commit files instead of 9.
-CHECKPOINT_INTERVAL = "100"
+# cold replays up to ~110 small commit files instead of 9. Each table gets an interval of its
+# own between CHECKPOINT_INTERVAL and + CHECKPOINT_SPREAD - 1 (checkpoint_interval): tables
+# synced at the same pace then write their checkpoints in different runs, not all in one.
+CHECKPOINT_INTERVAL = 100
+CHECKPOINT_SPREAD = 13
+
+
+def checkpoint_interval(table: str) -> str:
+    """The `delta.checkpointInterval` of the Delta table of source table `table`."""
+    return str(CHECKPOINT_INTERVAL + zlib.crc32(table.encode()) % CHECKPOINT_SPREAD)
 
 
 @dataclass(frozen=True)
@@ -165,7 +174,7 @@ def create_table(spark: "SparkSession", path: str, schema: "StructType", keys: l
 
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(_table_schema(schema, keys))
     mapping = _COLUMN_MAPPING if needs_column_mapping(schema) else {}
-    for key, value in {OWNER: consumer, SOURCE: table, "delta.checkpointInterval": CHECKPOINT_INTERVAL,
+    for key, value in {OWNER: consumer, SOURCE: table, "delta.checkpointInterval": checkpoint_interval(table),
                        **properties(target), **mapping}.items():
         builder = builder.property(key, value)
     builder.execute()
