@@ -28,9 +28,8 @@ import psycopg
 from pgcdc.db import connect
 from pgcdc.errors import FAILURE, BusyError, PgcdcError, SourceError
 from pgcdc.ingest import Job
-from pgcdc.runs import TableReport
 from pgcdc.log import fields
-from pgcdc.runs import first_line
+from pgcdc.runs import TableReport, first_line
 from pgcdc.settings import Settings
 
 if TYPE_CHECKING:
