@@ -50,6 +50,7 @@ class Stopper:
     def __init__(self) -> None:
         self.event = threading.Event()
         self.signal_name = ""
+        self.at_once = False  # the second signal came
 
     def install(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -57,6 +58,7 @@ class Stopper:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.event.is_set():
+            self.at_once = True  # (Py4J may turn the interrupt into an error of its own: the follower checks this)
             raise KeyboardInterrupt
         self.signal_name = signal.Signals(signum).name
         _log.info("%s received: stopping after the batch in flight (again: stop at once)", self.signal_name)
@@ -64,6 +66,12 @@ class Stopper:
 
     def __call__(self) -> bool:
         return self.event.is_set()
+
+    def raise_if_at_once(self) -> None:
+        """The stop at once, even where the interrupt surfaced as another error: a JVM call
+        interrupted in mid-answer fails the next one with Py4JNetworkError."""
+        if self.at_once:
+            raise KeyboardInterrupt
 
     def wait(self, seconds: float) -> None:
         self.event.wait(max(seconds, 0.0))
@@ -132,11 +140,13 @@ class Follower:
                 continue
             try:
                 reports = self.run_once(job)
+                self.stop.raise_if_at_once()
             except BusyError as exc:
                 _log.info("%s; trying again in %.1f s", exc, self.interval)
                 self.stop.wait(self.interval)
                 continue
             except Exception as exc:  # a lost connection, a restarting server, Spark: retried
+                self.stop.raise_if_at_once()
                 pause = runs.failed()
                 level = logging.WARNING if isinstance(exc, SourceError) else logging.ERROR
                 _log.log(level, "run failed (%d in a row): %s; trying again in %.0f s", runs.failures,
@@ -159,6 +169,7 @@ class Follower:
                     _log.error("compaction failed: %s; trying again in %.0f s", first_line(exc), self.compact_every)
         if self.poll_conn is not None:
             self.poll_conn.close()
+        self.stop.raise_if_at_once()
         _log.info("follower of consumer %s stopped (%s)", self.settings.consumer, self.stop.signal_name or "asked")
         return 0
 

@@ -176,3 +176,20 @@ def test_compaction_is_due_once_a_table_has_enough_small_files() -> None:
     assert compact_reason(counted, 40) == "60 small files"
     assert compact_reason(LogState(3, num_files=60, table_bytes=60 * big), 40) is None
     assert compact_reason(LogState(3), 1) is None  # no checksum: not judged
+
+
+def test_a_second_signal_is_a_stop_at_once_even_where_the_interrupt_was_turned_into_another_error() -> None:
+    """Py4J re-raises a KeyboardInterrupt in mid-answer, and the next JVM call then fails with
+    Py4JNetworkError: the follower must still stop at once (exit 130), not treat a table as failed."""
+    import signal
+
+    from pgcdc.follow import Stopper
+
+    stop = Stopper()
+    stop._handle(signal.SIGINT, None)
+    assert stop() and not stop.at_once
+    stop.raise_if_at_once()  # (the first signal: a stop after the batch in flight)
+    with pytest.raises(KeyboardInterrupt):
+        stop._handle(signal.SIGINT, None)
+    with pytest.raises(KeyboardInterrupt):
+        stop.raise_if_at_once()
