@@ -109,17 +109,45 @@ def _log(path: str) -> str:
     return f"{path.rstrip('/')}/_delta_log"
 
 
+def _newest_listed(names: list[str]) -> int:
+    """The newest commit among a log folder's file names (-1: none)."""
+    return max((int(m.group(1)) for n in names if (m := _COMMIT.fullmatch(n))), default=-1)
+
+
+# Local log folder -> the newest version seen there: where to start looking the next time.
+_seen: dict[str, int] = {}
+
+
+def _newest_local(log: str) -> int:
+    """The newest commit of a local log without listing it: commit files are numbered without
+    gaps, so from a version whose commit exists (the newest seen before) the newest is the last
+    one before the first missing file. A followed table's log grows by two files a commit until
+    Delta's log cleanup (30 days by default): a listing would cost more with every commit."""
+    known = _seen.get(log)
+    if known is None or not os.path.exists(f"{log}/{known:020d}.json"):
+        try:
+            known = _newest_listed(os.listdir(log))
+        except FileNotFoundError:
+            known = -1
+        if known < 0:
+            _seen.pop(log, None)
+            return -1
+    while os.path.exists(f"{log}/{known + 1:020d}.json"):
+        known += 1
+    _seen[log] = known
+    return known
+
+
 def latest_version(spark: "SparkSession", path: str) -> int:
     """The table's newest committed version; -1 where there is no table."""
-    versions = [int(m.group(1)) for n in _names(spark, _log(path)) if (m := _COMMIT.fullmatch(n))]
-    return max(versions, default=-1)
+    local = _local(_log(path))
+    return _newest_local(local) if local is not None else _newest_listed(_names(spark, _log(path)))
 
 
 def read_state(spark: "SparkSession", path: str, need_txns: bool = True) -> LogState:
     """The newest version's metadata and protocol (and `txn` versions if `need_txns`): from its
     checksum file where it has them, else by replaying the log."""
-    names = _names(spark, _log(path))
-    version = max((int(m.group(1)) for n in names if (m := _COMMIT.fullmatch(n))), default=-1)
+    version = latest_version(spark, path)
     if version < 0:
         return LogState(-1)
     text = _read(spark, f"{_log(path)}/{version:020d}.crc")
@@ -134,7 +162,7 @@ def read_state(spark: "SparkSession", path: str, need_txns: bool = True) -> LogS
         return LogState(version, crc["metadata"], crc["protocol"], txns if need_txns else None,
                         {f["path"]: int(f.get("size") or 0) for f in files} if isinstance(files, list) else None,
                         _count(crc.get("numFiles")), _count(crc.get("tableSizeBytes")))
-    return _replay(spark, path, names, version)
+    return _replay(spark, path, _names(spark, _log(path)), version)
 
 
 def _count(value: Any) -> int | None:

@@ -86,3 +86,41 @@ def test_two_applications_committing_one_version_at_once_have_one_winner(spark, 
         writer = json.loads((log_dir / f"{v:020d}.json").read_text())["commitInfo"]["writer"]
         assert writer == ("this" if v in this else "other")
     assert not list(log_dir.glob(".*.tmp"))  # no temporary file left behind
+
+
+def test_log_listing_equals_hadoops_and_reads_only_the_files_asked_for(spark, tmp_path: Path) -> None:
+    """Delta lists a table's log from a version on at every snapshot update; pgcdc's store
+    must answer exactly as Hadoop's listing does (names at or after the start, sorted, with
+    sizes and times), whatever else the folder holds, and say a missing folder is missing."""
+    from py4j.protocol import Py4JJavaError
+
+    from pgcdc.jvm import cls
+
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    for v in range(0, 40):
+        (log / f"{v:020d}.json").write_text("x" * v)
+        (log / f"{v:020d}.crc").write_text("{}")
+    (log / f"{30:020d}.checkpoint.parquet").write_bytes(b"p" * 7)
+    (log / "_last_checkpoint").write_text("{}")
+    (log / f".{39:020d}.json.123.tmp").write_text("partial")
+    (log / "_commits").mkdir()
+    conf = spark._jsc.hadoopConfiguration()
+    ours = cls(spark, logstore.CLASS)(conf)
+    hadoop = cls(spark, "io.delta.storage.LocalLogStore")(conf)
+
+    def listing(store, start: str) -> list[tuple[str, int, int, bool]]:
+        found, it = [], store.listFrom(spark._jvm.org.apache.hadoop.fs.Path(f"file:{log}/{start}"), conf)
+        while it.hasNext():
+            s = it.next()
+            found.append((s.getPath().toString(), s.getLen(), s.getModificationTime() // 1000, s.isDirectory()))
+        return found
+
+    for start in (f"{0:020d}.", f"{30:020d}.", f"{30:020d}.checkpoint", f"{39:020d}.json", f"{99:020d}.", "_"):
+        assert listing(ours, start) == listing(hadoop, start), start
+    assert len(listing(ours, f"{30:020d}.")) == 2 * 10 + 1 + 2  # (versions 30-39, the checkpoint, _last_checkpoint, _commits)
+    try:
+        listing(ours, "missing/x")
+        raise AssertionError("a missing folder was listed")
+    except Py4JJavaError as exc:
+        assert "FileNotFoundException" in str(exc.java_exception.getClass().getName())

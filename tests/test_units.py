@@ -193,3 +193,38 @@ def test_a_second_signal_is_a_stop_at_once_even_where_the_interrupt_was_turned_i
         stop._handle(signal.SIGINT, None)
     with pytest.raises(KeyboardInterrupt):
         stop.raise_if_at_once()
+
+
+def test_newest_version_of_a_local_log_follows_commits_and_a_table_made_again(tmp_path: Path) -> None:
+    """The newest version is found from the one seen before (no listing), and stays right when
+    the table is deleted, made again shorter or longer, or its old commits are cleaned up."""
+    import shutil
+
+    from pgcdc.tablelog import latest_version
+
+    log = tmp_path / "t" / "_delta_log"
+
+    def commit(*versions: int) -> None:
+        log.mkdir(parents=True, exist_ok=True)
+        for v in versions:
+            (log / f"{v:020d}.json").write_text("{}")
+            (log / f"{v:020d}.crc").write_text("{}")
+
+    path = str(tmp_path / "t")
+    assert latest_version(None, path) == -1  # type: ignore[arg-type]
+    commit(*range(6))
+    assert latest_version(None, path) == 5  # type: ignore[arg-type]
+    commit(*range(6, 10))
+    (log / f"{7:020d}.checkpoint.parquet").write_text("")
+    assert latest_version(None, path) == 9  # type: ignore[arg-type]
+    for v in range(7):  # log cleanup
+        (log / f"{v:020d}.json").unlink()
+    commit(10)
+    assert latest_version(None, path) == 10  # type: ignore[arg-type]
+    shutil.rmtree(tmp_path / "t")
+    assert latest_version(None, path) == -1  # type: ignore[arg-type]
+    commit(*range(3))
+    assert latest_version(None, path) == 2  # type: ignore[arg-type]
+    shutil.rmtree(tmp_path / "t")
+    commit(*range(13))
+    assert latest_version(None, path) == 12  # type: ignore[arg-type]
