@@ -219,6 +219,7 @@ def main() -> None:
         t, top, at = line.split()
         seen[t].append((int(top), float(at)))
     lags, unseen = [], 0
+    w_lags: list[tuple[float, float]] = []  # (commit time, lag)
     for w in writers:
         marks = seen[w.table]
         for seq, committed in w.commits.items():
@@ -229,6 +230,7 @@ def main() -> None:
                 unseen += 1
             else:
                 lags.append(first - committed)
+                w_lags.append((committed, first - committed))
     lags.sort()
 
     def pct(p: float) -> float:
@@ -242,10 +244,31 @@ def main() -> None:
           f"mean {statistics.mean(lags):.2f} s")
     print(f"follower CPU: {cpu:.2f} cores (Python + JVM) of 2; {len(batches)} batches in the whole run, "
           f"median {statistics.median(b['seconds'] for b in batches):.3f} s each")
+    _print_windows(w_lags, batches, measure_from, measure_to)
     if samples:
         print(f"follower RSS: python {samples[0][1]:.0f} -> {samples[-1][1]:.0f} MiB (max {max(s[1] for s in samples):.0f}), "
               f"jvm {samples[0][2]:.0f} -> {samples[-1][2]:.0f} MiB (max {max(s[2] for s in samples):.0f}) "
               f"over {samples[-1][0] / 60:.1f} min")
+
+
+def _print_windows(lags: list[tuple[float, float]], batches: list[dict], start: float, end: float) -> None:
+    """Lag and batch time by stretch of the run (up to 4 stretches of at least 5 minutes): a
+    follower whose batches slow down as its tables age shows here, not in the whole run's figures."""
+    from datetime import datetime
+
+    count = max(1, min(4, int((end - start) // 300)))
+    if count == 1:
+        return
+    step = (end - start) / count
+    print("by stretch of the measured time:")
+    for i in range(count):
+        lo, hi = start + i * step, start + (i + 1) * step
+        part = sorted(lag for at, lag in lags if lo <= at < hi)
+        took = [b["seconds"] for b in batches if lo <= datetime.fromisoformat(b["time"]).timestamp() < hi]
+        if part:
+            print(f"  minutes {(lo - start) / 60:5.1f}-{(hi - start) / 60:5.1f}: lag p50 {part[len(part) // 2]:.2f} s, "
+                  f"p99 {part[min(len(part) - 1, int(0.99 * len(part)))]:.2f} s; "
+                  f"{len(took)} batches, median {statistics.median(took) if took else float('nan'):.3f} s")
 
 
 if __name__ == "__main__":
