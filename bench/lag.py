@@ -218,8 +218,8 @@ def main() -> None:
     for line in seen_file.read_text().splitlines():
         t, top, at = line.split()
         seen[t].append((int(top), float(at)))
-    lags, unseen = [], 0
-    w_lags: list[tuple[float, float]] = []  # (commit time, lag)
+    timed: list[tuple[float, float]] = []  # (commit time, lag)
+    unseen = 0
     for w in writers:
         marks = seen[w.table]
         for seq, committed in w.commits.items():
@@ -229,9 +229,8 @@ def main() -> None:
             if first is None:
                 unseen += 1
             else:
-                lags.append(first - committed)
-                w_lags.append((committed, first - committed))
-    lags.sort()
+                timed.append((committed, first - committed))
+    lags = sorted(lag for _, lag in timed)
 
     def pct(p: float) -> float:
         return lags[min(len(lags) - 1, int(p / 100 * len(lags)))]
@@ -244,7 +243,7 @@ def main() -> None:
           f"mean {statistics.mean(lags):.2f} s")
     print(f"follower CPU: {cpu:.2f} cores (Python + JVM) of 2; {len(batches)} batches in the whole run, "
           f"median {statistics.median(b['seconds'] for b in batches):.3f} s each")
-    _print_windows(w_lags, batches, measure_from, measure_to)
+    _print_windows(timed, batches, measure_from, measure_to)
     if samples:
         print(f"follower RSS: python {samples[0][1]:.0f} -> {samples[-1][1]:.0f} MiB (max {max(s[1] for s in samples):.0f}), "
               f"jvm {samples[0][2]:.0f} -> {samples[-1][2]:.0f} MiB (max {max(s[2] for s in samples):.0f}) "

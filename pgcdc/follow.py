@@ -140,13 +140,12 @@ class Follower:
                 continue
             try:
                 reports = self.run_once(job)
-                self.stop.raise_if_at_once()
             except BusyError as exc:
                 _log.info("%s; trying again in %.1f s", exc, self.interval)
                 self.stop.wait(self.interval)
                 continue
             except Exception as exc:  # a lost connection, a restarting server, Spark: retried
-                self.stop.raise_if_at_once()
+                self.stop.raise_if_at_once()  # (not a failed run: the second signal, as another error)
                 pause = runs.failed()
                 level = logging.WARNING if isinstance(exc, SourceError) else logging.ERROR
                 _log.log(level, "run failed (%d in a row): %s; trying again in %.0f s", runs.failures,
@@ -169,7 +168,7 @@ class Follower:
                     _log.error("compaction failed: %s; trying again in %.0f s", first_line(exc), self.compact_every)
         if self.poll_conn is not None:
             self.poll_conn.close()
-        self.stop.raise_if_at_once()
+        self.stop.raise_if_at_once()  # (a run that ended on the second signal without an error)
         _log.info("follower of consumer %s stopped (%s)", self.settings.consumer, self.stop.signal_name or "asked")
         return 0
 

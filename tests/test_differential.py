@@ -29,10 +29,11 @@ from psycopg.conninfo import conninfo_to_dict
 from fixtures.s3 import S3Server
 from fixtures.workload import Params, Schedule
 
-SEEDS = [int(os.environ["PGCDC_SEED"])] if "PGCDC_SEED" in os.environ else [11, 12]
+REPLAY = "PGCDC_SEED" in os.environ
+SEEDS = [int(os.environ["PGCDC_SEED"])] if REPLAY else [11, 12]
 MODES = ["out_of_order", "strict"]
 # (seed, mode) of the plain schedules: each of the fixed seeds in one mode, a re-played seed in both
-PLAIN = [(s, m) for s in SEEDS for m in MODES] if "PGCDC_SEED" in os.environ else [(11, "strict"), (12, "out_of_order")]
+PLAIN = [(s, m) for s in SEEDS for m in MODES] if REPLAY else [(11, "strict"), (12, "out_of_order")]
 
 
 def _play(params: Params, spark, dsn: str, tmp_path: Path, s3: S3Server | None = None) -> None:
@@ -79,7 +80,7 @@ def test_delta_equals_postgres_with_a_follower(spark, dsn: str, tmp_path: Path) 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["strict"] if "PGCDC_SEED" not in os.environ else MODES)
+@pytest.mark.parametrize("mode", MODES if REPLAY else ["strict"])
 def test_delta_equals_postgres_through_a_tables_life(spark, dsn: str, tmp_path: Path, mode: str) -> None:
     """The lifecycle schedule: besides the writers and crashes, between runs a table with a
     predicate on its key is renamed and renamed back and attached again with another predicate,
