@@ -32,6 +32,7 @@ from pgcdc.tableplan import columns_changed, copy_reason, next_step
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
 
 _log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class Job:
         self.following = following
         self.stopping: Callable[[], bool] = lambda: False  # a follower's stop request, seen between batches
         self.table_ids: dict[str, int] = {}  # the last run's tables
+        self.schemas: dict[int, tuple[object, "StructType"]] = {}  # by table id: its columns and their Spark schema
         self.compactor = compact.Compactor(spark, settings.spark.conf)  # small files, beside the run
         self.reader_dsn = settings.source.replica_dsn or settings.source.dsn
         self.reader_role = "source.replica_dsn" if settings.source.replica_dsn else "source.dsn"
@@ -111,7 +113,7 @@ class Job:
         report = TableReport(t.name, path)
         access.check_readable(reader, t)
         columns = enrich.table_columns(reader, t.name)
-        source = enrich.schema_of(self.spark, jdbc, t, columns)
+        source = self.source_schema(jdbc, t, columns)
         if not target.is_delta(self.spark, path):  # (only ever created in an empty place)
             target.create_table(self.spark, path, source, t.key_columns, s.consumer, t.name, s.target)
         target.check_owner(self.spark, path, s.consumer, None if recorded else t.name)
@@ -184,6 +186,16 @@ class Job:
         if report.batches and not self.stopping():  # (each batch added files)
             self.compactor.after_batches(path, t.name, s.ingest.compact_files)
         return self.finish(primary, reader, state, path, report, choice.engine)
+
+    def source_schema(self, jdbc: dict[str, str], t: AttachedTable, columns: list[enrich.Column]) -> "StructType":
+        """The table's Spark schema as the sync reads it (enrich.schema_of, a JDBC connection and
+        query: ~40 ms, in every run of every table), kept for this Job's later runs (a follower's)
+        while the table's columns, read anew each run, stay what they were."""
+        key = (t.name, tuple(t.key_columns), tuple(columns))
+        kept = self.schemas.get(t.table_id)
+        if kept is None or kept[0] != key:
+            kept = self.schemas[t.table_id] = (key, enrich.schema_of(self.spark, jdbc, t, columns))
+        return kept[1]
 
     def finish(self, primary: psycopg.Connection, reader: psycopg.Connection, state: ConsumerState, path: str,
                report: TableReport, engine: Engine | None = None) -> TableReport:
