@@ -21,6 +21,7 @@ network types, ...) are read as their PostgreSQL text form.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -247,21 +248,30 @@ def shares(t: AttachedTable, partitions: int) -> list[str]:
 class BatchRead:
     """A batch's keys with their current rows (batch_query over JDBC, in shares): the rows'
     schema, and the keys and the live rows as DataFrames, each planned only when asked for
-    (~10 ms each): a small batch applied from the driver needs the schema alone.
+    (~10 ms each). The JDBC relation itself is made on first use too (Spark opens a connection
+    to learn its columns, ~40 ms beside the batch's own reads): a small batch applied from the
+    driver needs the schema alone, which the caller knows from the run's start (`known`).
+    `check` sees the schema the relation was read with, when it is made.
 
     Each DataFrame is read on its own, and Spark pushes its columns and filter into the
     query: the keys read selects no row column, so PostgreSQL drops the join (the table's
     side is unique on the key); the rows read asks for a non-null key, which makes it an
     inner join."""
 
-    frame: "DataFrame"
+    make: Callable[[], "DataFrame"]
     key_columns: list[str]
+    known: "StructType | None" = None
+    check: Callable[["StructType"], None] = lambda schema: None
+
+    @cached_property
+    def frame(self) -> "DataFrame":
+        frame = self.make()
+        self.check(_rows_schema(frame))
+        return frame
 
     @cached_property
     def schema(self) -> "StructType":
-        from pyspark.sql.types import StructType
-
-        return StructType([f for f in self.frame.schema.fields if not f.name.startswith(KEY_PREFIX)])
+        return self.known if self.known is not None else _rows_schema(self.frame)
 
     @cached_property
     def keys(self) -> "DataFrame":
@@ -277,6 +287,13 @@ class BatchRead:
 
         return self.frame.where(F.col(f"`{self.key_columns[0]}`").isNotNull()).select(
             *[f"`{f.name}`" for f in self.schema.fields])
+
+
+def _rows_schema(frame: "DataFrame") -> "StructType":
+    """A batch relation's schema without its key columns: the rows' columns."""
+    from pyspark.sql.types import StructType
+
+    return StructType([f for f in frame.schema.fields if not f.name.startswith(KEY_PREFIX)])
 
 
 def copy_query(t: AttachedTable, columns: list[Column], lo_page: int, hi_page: int | None) -> str:
@@ -426,14 +443,18 @@ def replayed_at_least(lsn: str, seconds: float = REPLAY_WAIT_SECONDS) -> str:
 
 
 def read_batch(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],
-               batch: Batch, partitions: int, replayed: str | None = None) -> BatchRead:
+               batch: Batch, partitions: int, replayed: str | None = None, known: "StructType | None" = None,
+               check: Callable[["StructType"], None] = lambda schema: None) -> BatchRead:
     """The batch's keys with their current rows (batch_query), read in `partitions` shares;
     `replayed`: the WAL position of the standby the batch was planned on, which every
-    reading connection must have reached (replayed_at_least)."""
+    reading connection must have reached (replayed_at_least). `known`, `check`: see BatchRead."""
     url, props = _props(jdbc, *([replayed_at_least(replayed)] if replayed is not None else []))
-    frame = spark.read.jdbc(url, f"({batch_query(t, columns, batch)}) pgcdc_q", predicates=shares(t, partitions),
-                            properties=props)
-    return BatchRead(restored(frame, columns, t.key_columns), list(t.key_columns))
+
+    def make() -> "DataFrame":
+        frame = spark.read.jdbc(url, f"({batch_query(t, columns, batch)}) pgcdc_q", predicates=shares(t, partitions),
+                                properties=props)
+        return restored(frame, columns, t.key_columns)
+    return BatchRead(make, list(t.key_columns), known, check)
 
 
 def read_table(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],

@@ -331,11 +331,15 @@ class Job:
                                              self.spark.sparkContext.defaultParallelism)
         new_state = batch.next_state(state)
 
-        def read() -> enrich.BatchRead:
-            rows = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions, snap.replayed)
-            changed = columns_changed(self.spark, self.settings, t, path, rows.schema)
+        def check(schema: "StructType") -> None:  # the JDBC relation's columns, once Spark reads it
+            changed = columns_changed(self.spark, self.settings, t, path, schema)
             if changed is not None:
                 raise ColumnsChanged(changed)
+
+        def read() -> enrich.BatchRead:
+            # the rows' schema is the one this run checked against the Delta table (same columns)
+            rows = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions, snap.replayed,
+                                     self.source_schema(jdbc, t, columns), check)
             faults.failpoint("before-merge")
             return rows
 
