@@ -209,3 +209,21 @@ def test_driver_path_only_for_files_on_the_local_file_system(spark, tmp_path: Pa
     assert sorted(found) == sorted(str(p) for p in Path(path).glob("part-*.parquet")) and len(found) == 2
     assert local_paths(txn, local + [remote]) is None
     assert local_paths(txn, [remote]) is None
+
+
+def test_local_paths_decode_delta_file_names_as_hadoop_does(spark, tmp_path: Path) -> None:
+    """The fast engine decodes Delta's relative, URI-encoded file paths itself (no Py4J round
+    trips): the same paths Hadoop gives, also for names Delta has to encode, and each exists."""
+    from pgcdc.engines.fast import driver_marks
+    from pgcdc.jvm import cls
+
+    path = str(tmp_path / "odd folder %é")
+    spark.createDataFrame([(1, "a b"), (2, "50%"), (3, "é/x"), (4, "plain"), (5, "a+b=c:d")], "id long, p string") \
+        .write.format("delta").partitionBy("p").save(path)
+    txn = cls(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path).startTransaction()
+    files = pylist(spark, txn.filterFiles())
+    assert len(files) == 5 and any("%" in f.path() for f in files)  # (names Delta had to encode)
+    log = txn.deltaLog()
+    paths = driver_marks.local_paths(txn, files)
+    assert paths == [f.absolutePath(log).toUri().getPath() for f in files]
+    assert all(Path(p).is_file() for p in paths)

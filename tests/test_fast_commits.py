@@ -112,6 +112,15 @@ def test_fast_and_merge_engines_commit_the_same_batch_alike(db: psycopg.Connecti
         assert [f["name"] for f in fields if not f["nullable"]] == ["id"]
         assert [f["name"] for f in fields if f["metadata"]] == []
 
+    # the next batch's metrics are its own (the fast engine keeps its metric objects between commits)
+    db.execute("delete from t where id in (1, 2)")
+    db.execute("update t set i = i + 1 where id = 3")
+    fast.run(consumer="f", engine="fast", **paths)
+    metrics = _latest(fast.path("public.t"))[0]["operationMetrics"]
+    assert [metrics[name] for name in ("numSourceRows", "numTargetRowsDeleted", "numTargetRowsUpdated",
+                                       "numTargetRowsInserted")] == ["3", "2", "1", "0"]
+    fast.assert_equal("public.t")
+
 
 def test_driver_statistics_equal_what_delta_writes(spark, tmp_path: Path) -> None:
     """file_stats.collect on the edge values of each type gives what Delta's own writer
@@ -174,3 +183,4 @@ def test_driver_statistics_equal_what_delta_writes(spark, tmp_path: Path) -> Non
                       "ts": pa.array(micros + micros, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
                       "ntz": pa.array(micros + micros, pa.int64()).cast(pa.timestamp("us"))})
     assert json.loads(file_stats.collect(table, {}, "UTC", 32) or "{}") == json.loads(adds[0]["stats"])
+

@@ -10,6 +10,7 @@ rides in the same commit (Delta's txn action + commitInfo).
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -292,13 +293,21 @@ def _wide_stats(stats: str, deleted_before: int) -> str:
 
 
 def _record_metrics(spark: "SparkSession", txn: Any, metrics: dict[str, int]) -> None:
-    """Operation metrics of the commit, shown by DESCRIBE HISTORY like a MERGE's."""
-    create = cls(spark, "org.apache.spark.sql.execution.metric.SQLMetrics").createMetric
-    registered = {}
+    """Operation metrics of the commit, shown by DESCRIBE HISTORY like a MERGE's. The metric
+    objects (Spark accumulators) are made once per session and thread and set anew for each
+    commit: making them and their map cost ~75 Py4J round trips a batch."""
+    key = (id(spark), threading.get_ident())
+    kept = _METRICS.get(key)
+    if kept is None or kept[0] is not spark or set(kept[2]) != set(metrics):
+        create = cls(spark, "org.apache.spark.sql.execution.metric.SQLMetrics").createMetric
+        registered = {name: create(spark._jsc.sc(), name) for name in metrics}
+        kept = _METRICS[key] = (spark, scala_map(spark, registered), registered)
     for name, value in metrics.items():
-        registered[name] = create(spark._jsc.sc(), name)
-        registered[name].set(int(value))
-    txn.registerSQLMetrics(spark._jsparkSession, scala_map(spark, registered))
+        kept[2][name].set(int(value))
+    txn.registerSQLMetrics(spark._jsparkSession, kept[1])
+
+
+_METRICS: dict[tuple[int, int], tuple[Any, Any, dict[str, Any]]] = {}  # (session, thread): the metrics and their map
 
 
 def _commit(spark: "SparkSession", path: str, txn: Any, actions: list[Any], state: ConsumerState,

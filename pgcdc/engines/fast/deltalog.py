@@ -65,7 +65,8 @@ def files_overlapping(files: list[Any], column: str, low: int, high: int) -> lis
     (files without statistics for it are kept)."""
     kept = []
     for add in files:
-        stats = json.loads(add.stats()) if add.stats() else {}
+        text = add.stats()
+        stats = json.loads(text) if text else {}
         lo, hi = stats.get("minValues", {}).get(column), stats.get("maxValues", {}).get(column)
         if lo is None or hi is None or (int(lo) <= high and int(hi) >= low):
             kept.append(add)

@@ -24,6 +24,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from pgcdc.engines.fast import key_index
 from pgcdc.jvm import cls, none, seq, some
@@ -34,10 +35,21 @@ if TYPE_CHECKING:
 
 
 def local_paths(txn: Any, files: list[Any]) -> list[str] | None:
-    """Each file's local path, or None if any file is not on the local file system."""
+    """Each file's local path, or None if any file is not on the local file system. A path
+    relative to the table (Delta's own, URI-encoded) is decoded here: asking Hadoop costs four
+    Py4J round trips a file, in every batch."""
+    log = txn.deltaLog()
+    table = log.dataPath().toUri()
+    if table.getScheme() not in (None, "file"):
+        return None
+    table_dir = table.getPath()
     paths = []
     for add in files:
-        uri = add.absolutePath(txn.deltaLog()).toUri()
+        relative = add.path()
+        if ":" not in relative and not relative.startswith("/"):
+            paths.append(os.path.join(table_dir, unquote(relative)))
+            continue
+        uri = add.absolutePath(log).toUri()
         if uri.getScheme() not in (None, "file"):
             return None
         paths.append(uri.getPath())
