@@ -61,6 +61,18 @@ def optional(option: Any) -> Any | None:
     return option.get() if option.isDefined() else None
 
 
+def kept(spark: "SparkSession", key: object, make: Callable[[], T]) -> T:
+    """What `make` returns, made once per Spark session and `key`: JVM objects every batch would
+    otherwise build anew, a Py4J round trip per part."""
+    found = _KEPT.get((id(spark), key))
+    if found is None or found[0] is not spark:  # (an id is reused only once its session is gone)
+        found = _KEPT[(id(spark), key)] = (spark, make())
+    return found[1]  # type: ignore[no-any-return]
+
+
+_KEPT: dict[tuple[int, object], tuple[Any, Any]] = {}
+
+
 def scala_map(spark: "SparkSession", entries: dict[str, Any]) -> Any:
     """A Scala immutable Map[String, V]."""
     result = cls(spark, "scala.Predef").Map().empty()

@@ -23,7 +23,7 @@ from pgcdc.engines.fast import driver_marks, driver_write
 from pgcdc.engines.fast.deltalog import (files_overlapping, read_all_files, read_committed_version, renames_columns,
                                          stored_rows)
 from pgcdc.errors import ConflictError, TargetError
-from pgcdc.jvm import alongside, cls, none as jvm_none, optional, pylist, scala_map, seq, some as jvm_some
+from pgcdc.jvm import alongside, cls, kept, none as jvm_none, optional, pylist, scala_map, seq, some as jvm_some
 from pgcdc.state import ConsumerState, app_id
 from pgcdc.target import Written, state_commit
 
@@ -195,16 +195,23 @@ def _operation(spark: "SparkSession", key_columns: list[str], bounds: tuple[int,
     condition = clauses[0]
     for clause in clauses[1:]:
         condition = f"({condition} AND {clause})"
-    live = f"isnotnull({key_columns[0]})"
-    predicate = cls(spark, "org.apache.spark.sql.delta.DeltaOperations$MergePredicate")
-
-    def clause_list(*pairs: tuple[str, str]) -> Any:
-        return seq(spark, [predicate(jvm_some(spark, text), action) for text, action in pairs])
+    clauses_by_kind = _merge_clauses(spark, key_columns[0])
     return cls(spark, "org.apache.spark.sql.delta.DeltaOperations$Merge")(
         jvm_some(spark, getattr(cls(spark, "org.apache.spark.sql.catalyst.expressions.Literal$"), "MODULE$").apply(condition)),
-        *[jvm_none(spark)] * 3,
-        clause_list((f"isnull({key_columns[0]})", "delete"), (live, "update")), clause_list((live, "insert")),
-        seq(spark, []))
+        *[jvm_none(spark)] * 3, *clauses_by_kind)
+
+
+def _merge_clauses(spark: "SparkSession", key: str) -> tuple[Any, Any, Any]:
+    """The MERGE operation's matched, not-matched and not-matched-by-source clauses, the same
+    for every batch of a table: made once per session and key column (~20 Py4J calls)."""
+    def make() -> tuple[Any, Any, Any]:
+        live = f"isnotnull({key})"
+        predicate = cls(spark, "org.apache.spark.sql.delta.DeltaOperations$MergePredicate")
+
+        def clause_list(*pairs: tuple[str, str]) -> Any:
+            return seq(spark, [predicate(jvm_some(spark, text), action) for text, action in pairs])
+        return clause_list((f"isnull({key})", "delete"), (live, "update")), clause_list((live, "insert")), seq(spark, [])
+    return kept(spark, ("merge clauses", key), make)
 
 
 def _matched_rows(spark: "SparkSession", txn: Any, files: list[Any], keys: "DataFrame", num_keys: int,
@@ -294,20 +301,16 @@ def _wide_stats(stats: str, deleted_before: int) -> str:
 
 def _record_metrics(spark: "SparkSession", txn: Any, metrics: dict[str, int]) -> None:
     """Operation metrics of the commit, shown by DESCRIBE HISTORY like a MERGE's. The metric
-    objects (Spark accumulators) are made once per session and thread and set anew for each
-    commit: making them and their map cost ~75 Py4J round trips a batch."""
-    key = (id(spark), threading.get_ident())
-    kept = _METRICS.get(key)
-    if kept is None or kept[0] is not spark or set(kept[2]) != set(metrics):
+    objects (Spark accumulators) and their map are made once per session and thread and set
+    anew for each commit (making them costs ~75 Py4J round trips)."""
+    def make() -> tuple[Any, dict[str, Any]]:
         create = cls(spark, "org.apache.spark.sql.execution.metric.SQLMetrics").createMetric
         registered = {name: create(spark._jsc.sc(), name) for name in metrics}
-        kept = _METRICS[key] = (spark, scala_map(spark, registered), registered)
+        return scala_map(spark, registered), registered
+    scala, registered = kept(spark, ("metrics", threading.get_ident(), tuple(metrics)), make)
     for name, value in metrics.items():
-        kept[2][name].set(int(value))
-    txn.registerSQLMetrics(spark._jsparkSession, kept[1])
-
-
-_METRICS: dict[tuple[int, int], tuple[Any, Any, dict[str, Any]]] = {}  # (session, thread): the metrics and their map
+        registered[name].set(int(value))
+    txn.registerSQLMetrics(spark._jsparkSession, scala)
 
 
 def _commit(spark: "SparkSession", path: str, txn: Any, actions: list[Any], state: ConsumerState,
