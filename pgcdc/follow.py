@@ -113,6 +113,7 @@ class Follower:
 
         job = Job(self.settings, self.spark, following=True)
         job.stopping = self.stop
+        job.interrupted = lambda: self.stop.at_once
         runs = Backoff()
         stuck: tuple[tuple[int, int], ...] | None = None  # work the last run could not apply (a long transaction's)
         last_run = time.monotonic() - HEARTBEAT  # (the first run comes at once)

@@ -82,8 +82,8 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
                 try:
                     reports.append(job.sync_table(primary, reader, jdbc, identity, t))
                 except Exception as exc:  # one table's problem never holds the others back
-                    if primary.broken or reader.broken:
-                        raise  # (the connection itself: no other table can go on)
+                    if primary.broken or reader.broken or job.interrupted():
+                        raise  # (the connection itself, or a stop at once: no other table goes on)
                     job.say(f"{t.name}: FAILED: {first_line(exc)}", logging.ERROR, record="table_failed",
                              table=t.name, error=first_line(exc))
                     failed[t.name] = exc

@@ -157,6 +157,7 @@ def test_a_second_signal_stops_the_follower_at_once(db: psycopg.Connection, sync
         follower.proc.send_signal(signal.SIGINT)
         time.sleep(0.1)
         assert follower.stop(signal.SIGINT) == 130, follower.log.read_text()[-3000:]
+        assert "FAILED" not in follower.log.read_text()  # (a stop, whatever error the interrupt became)
     finally:
         follower.kill()
     db.execute("update t set v = 'b' where id <= 10")
