@@ -183,4 +183,3 @@ def test_driver_statistics_equal_what_delta_writes(spark, tmp_path: Path) -> Non
                       "ts": pa.array(micros + micros, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
                       "ntz": pa.array(micros + micros, pa.int64()).cast(pa.timestamp("us"))})
     assert json.loads(file_stats.collect(table, {}, "UTC", 32) or "{}") == json.loads(adds[0]["stats"])
-
