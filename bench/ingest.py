@@ -4,7 +4,8 @@
                            [--repeat 2] [--small-rounds 10]
 
 On a throwaway PostgreSQL and local Spark (started once; JVM start is excluded) it
-times, on a table of --rows rows, both engines (docs/engines.md) on the same table:
+times, on a table of --rows rows, both engines (docs/engines.md) on the same table, each
+run by one long-lived Job as a follower's runs are (its source connections kept between runs):
   0. a first sync (pgcdc resync: the whole table copied in one snapshot) against a plain
      Spark JDBC read of the table plus a Delta write, in alternating order (--repeat rounds);
   1. ingest of --changes changed rows (spread over the whole table) with each engine and,
@@ -12,7 +13,9 @@ times, on a table of --rows rows, both engines (docs/engines.md) on the same tab
      same rows plus a Delta append of them;
   2. ingest of --small changed rows spread over the table (every file touched), and
   3. of --small changed rows among the newest ones (--small-rounds rounds each: Delta
-     writes a checkpoint every 100 commits of pgcdc's tables), each engine vs a full
+     writes a checkpoint every 100 commits of pgcdc's tables; the recipe's own UPDATE is
+     applied untimed after each round, so every timed run applies --small keys; one untimed
+     warm-up round of each first: a path's first use loads its classes), each engine vs a full
      reload (JDBC read of the whole table plus a Delta overwrite) and vs the public recipe
      a user would write: a JDBC read of the changed rows plus DeltaTable.merge.
 With --target s3 it then times the same on an s3a:// target on a throwaway local S3 server
@@ -95,9 +98,9 @@ def main() -> None:
             spark = get_session(settings.spark, target_root=s3.root("lake") if s3 else settings.target.root)
             say = lambda line: print("    " + line, flush=True)  # noqa: E731
 
-            def job(engine: str, recopy_fraction: float = 0) -> Job:
+            def job(engine: str, recopy_fraction: float = 0) -> Job:  # (long-lived, as a follower's)
                 return Job(settings.model_copy(update={"ingest": settings.ingest.model_copy(
-                    update={"engine": engine, "recopy_fraction": recopy_fraction})}), spark, say=say)
+                    update={"engine": engine, "recopy_fraction": recopy_fraction})}), spark, say=say, following=True)
             fast, merge, recopy_always = job("fast"), job("merge"), job("fast", 1e-9)
             jdbc = jdbc_options(conn)
             url = jdbc.pop("url")
@@ -142,23 +145,30 @@ def main() -> None:
             small: dict[str, dict[str, list[float]]] = {}
             for part, what, where in [
                     ("2", f"{args.small} changed rows (every {small_every}th row: every file touched)",
-                     lambda r: f"id % {small_every} = {1 + r % small_every}"),
+                     lambda r: f"id % {small_every} = {r % small_every}"),
                     ("3", f"{args.small} changed rows among the newest (ids above {args.rows - args.small})",
                      lambda r: f"id > {args.rows - args.small}")]:
                 print(f"\n[{part}] {what}, {args.small_rounds} rounds of each", flush=True)
                 times: dict[str, list[float]] = {"fast": [], "merge": [], "recipe": []}
-                for r in range(args.small_rounds):
+                for r in range(-1, args.small_rounds):  # (round -1: untimed, each path's first use)
                     for name, fn in (("fast", fast.run), ("merge", merge.run),
                                      ("recipe", lambda: recipe(where(r)))):
                         conn.execute(f"update bench set a = a + 1 where {where(r)}")
                         label = "public recipe: JDBC read + DeltaTable.merge" if name == "recipe" else \
                             f"pgcdc ingest, {name} engine"
-                        times[name].append(timed(label, fn))
+                        took = timed(label + (" (warm-up, untimed)" if r < 0 else ""), fn)
+                        if r >= 0:
+                            times[name].append(took)
+                    # the recipe's UPDATE queued events too: applied here, untimed, so each timed
+                    # run of an engine applies exactly its own --small changed rows
+                    fast.run()
                 small[part] = times
             reload = [timed("full reload: JDBC read of the whole table + Delta overwrite",
                             lambda: jdbc_read("true").write.format("delta").mode("overwrite")
                             .save(str(work / "reload"))) for _ in range(args.repeat)]
             remote = s3_rounds(args, conn, settings, spark, s3, jdbc_read, merge, say) if s3 else None
+            for each in (fast, merge, recopy_always):
+                each.close()
         print(f"\nresults ({args.rows} rows, {args.partitions} JDBC partitions, local[2]; means over the rounds, "
               "checkpoints included):")
         print(f"  first sync / plain copy                          = {mean(first) / mean(plain):5.2f}x  "

@@ -47,6 +47,13 @@ def lock(conn: psycopg.Connection, name: str) -> None:
                     "wait for it to finish (runs of one consumer never overlap)")
 
 
+def release(conn: psycopg.Connection) -> None:
+    """End this session's lease before the connection ends (a follower keeps its connections
+    between runs, and is not running in between): its advisory key is the only one a pgcdc
+    session holds."""
+    conn.execute("select pg_catalog.pg_advisory_unlock_all()")
+
+
 def is_running(conn: psycopg.Connection, name: str) -> bool:
     """Whether an ingest of the consumer holds its lease now (from another session)."""
     return conn.execute("select pgcdc.consumer_holder(%s) is not null and exists (select 1 from pgcdc.consumer "

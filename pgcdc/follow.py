@@ -109,11 +109,17 @@ class Follower:
     poll_conn: psycopg.Connection | None = None  # kept between polls
 
     def run(self) -> int:
-        from pgcdc import compact
-
         job = Job(self.settings, self.spark, following=True)
         job.stopping = self.stop
         job.interrupted = lambda: self.stop.at_once
+        try:
+            return self._follow(job)
+        finally:
+            job.close()
+
+    def _follow(self, job: Job) -> int:
+        from pgcdc import compact
+
         runs = Backoff()
         stuck: tuple[tuple[int, int], ...] | None = None  # work the last run could not apply (a long transaction's)
         last_run = time.monotonic() - HEARTBEAT  # (the first run comes at once)

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from pgcdc import access, capture, catalog, compact, consumers, enrich, events, faults, storage, tablelog, target
+from pgcdc import access, catalog, compact, enrich, events, faults, storage, tablelog, target
 from pgcdc.log import fields
 from pgcdc.capture import AttachedTable
-from pgcdc.db import connect, jdbc_options
 from pgcdc.engines import BatchWork, Chooser, Engine
 from pgcdc.errors import TargetError
-from pgcdc.runs import TableReport, check_state, pending, preflight, select_tables
+from pgcdc.runs import TableReport, check_state, pending, preflight
+from pgcdc.sessions import RunSource, SourceConnections, run_source
 from pgcdc.settings import Settings
 from pgcdc.state import (ConsumerState, committed_batch, load_state, mark_committing, mirror_state, read_state_file,
                          register_table, table_path, write_state_file)
@@ -51,7 +51,8 @@ class Job:
     def __init__(self, settings: Settings, spark: "SparkSession", say: Callable[[str], None] | None = None,
                  following: bool = False) -> None:
         """`say`: also hand every INFO line to this (tests keep them); `following`: a follower's
-        runs, where a table's routine lines (engine, nothing to do) are DEBUG."""
+        runs, where a table's routine lines (engine, nothing to do) are DEBUG and the source
+        connections are kept from one run to the next (`close` ends them)."""
         self.settings = settings
         self.spark = spark
         self.sink = say
@@ -61,10 +62,14 @@ class Job:
         self.table_ids: dict[str, int] = {}  # the last run's tables
         self.schemas: dict[int, tuple[object, "StructType"]] = {}  # by table id: its columns and their Spark schema
         self.compactor = compact.Compactor(spark, settings.spark.conf)  # small files, beside the run
-        self.reader_dsn = settings.source.replica_dsn or settings.source.dsn
         self.reader_role = "source.replica_dsn" if settings.source.replica_dsn else "source.dsn"
+        self.connections = SourceConnections(settings.source, keep=following)  # a follower's: kept between runs
         self.chooser = Chooser(spark, settings.ingest.engine)  # refuses an engine this Delta build cannot run
         storage.check_root(spark, settings.target.root)  # a remote root answers (reading only) before any table
+
+    def close(self) -> None:
+        """Close the connections a follower's Job keeps between runs."""
+        self.connections.close()
 
     def say(self, message: str, level: int = logging.INFO, **values: object) -> None:
         """Log one line (with machine-readable `values` for the JSON format)."""
@@ -77,22 +82,11 @@ class Job:
         self.say(message, logging.DEBUG if self.following else logging.INFO)
 
     @contextmanager
-    def source(self, names: list[str], restored: bool = False) -> Iterator[tuple[psycopg.Connection, psycopg.Connection,
-                                                                          list[AttachedTable], dict[str, str], str]]:
-        """Connections (primary, reader) with the consumer's lock held, the tables, JDBC options and
-        the database's identity. Refuses a queue restored from another database unless `restored`
-        (reset-watermark), which clears it first."""
-        with connect(self.settings.source.dsn) as primary, \
-                connect(self.reader_dsn, role=self.reader_role, reader=True) as reader:
-            capture.require_schema(primary)
-            consumers.lock(primary, self.settings.consumer)
-            if restored:
-                deleted = capture.adopt_identity(primary)
-                if deleted is not None:
-                    self.say(f"queue: deleted {deleted} events of the database this one was restored from")
-            capture.check_identity(primary)
-            tables = select_tables(primary, names)
-            yield primary, reader, tables, jdbc_options(reader), capture.identity(reader)
+    def source(self, names: list[str], restored: bool = False) -> Iterator[RunSource]:
+        """Connections (primary, reader) with the consumer's lease held, the tables, JDBC options and
+        the database's identity (sessions.run_source)."""
+        with run_source(self.connections, self.settings.consumer, names, restored, self.say) as found:
+            yield found
 
     def run(self) -> list[TableReport]:
         """Sync every table once; raise the first table's failure after trying them all."""

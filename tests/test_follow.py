@@ -196,3 +196,61 @@ def test_a_table_that_keeps_failing_does_not_hold_the_others_back(db: psycopg.Co
     finally:
         follower.kill()
     assert {r[0] for r in syncer.delta("public.b").collect()} == {1}  # (the other consumer's copy, untouched)
+
+
+def _backends_gone(db: psycopg.Connection, pids: list[int]) -> bool:
+    """Whether these backends have ended (within 10 s: a backend ends shortly after it is told to)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if not db.execute("select count(*) from pg_stat_activity where pid = any(%s)", (pids,)).fetchone()[0]:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_followers_job_keeps_its_connections_between_runs_but_not_the_lease(db: psycopg.Connection,
+                                                                             syncer: Any) -> None:
+    """A follower's Job reuses its two source connections from run to run, yet the consumer's
+    lease ends with each run (another run of the consumer may come in between). Connections
+    that died meanwhile are replaced, a run that failed leaves none behind, close() ends them."""
+    from pgcdc import consumers
+    from pgcdc.ingest import Job
+
+    db.execute("create table t (id int primary key, v text)")
+    db.execute("insert into t values (1, 'a')")
+    capture.attach(db, "t")
+    job = Job(syncer.settings(), syncer.spark, following=True)
+
+    def kept() -> list[int]:
+        assert job.connections.kept is not None
+        return [c.info.backend_pid for c in job.connections.kept]
+    job.run()
+    first = kept()
+    assert db.execute("select count(*) from pg_stat_activity where pid = any(%s)", (first,)).fetchone()[0] == 2
+    assert not consumers.is_running(db, "test")
+    syncer.run()  # another run of the consumer between two of the follower's: the lease is free
+    db.execute("update t set v = 'b' where id = 1")
+    job.run()
+    assert kept() == first
+    syncer.assert_equal("public.t")
+
+    for pid in first:  # both die between two runs: the next run opens new ones
+        db.execute("select pg_terminate_backend(%s)", (pid,))
+    assert _backends_gone(db, first)
+    db.execute("insert into t values (2, 'c')")
+    job.run()
+    second = kept()
+    assert set(second).isdisjoint(first)
+    syncer.assert_equal("public.t")
+
+    with psycopg.connect(syncer.dsn, autocommit=True) as other:  # a run that fails (busy) closes them
+        consumers.lock(other, "test")
+        with pytest.raises(errors.BusyError):
+            job.run()
+        assert job.connections.kept is None and _backends_gone(db, second)
+    db.execute("delete from t where id = 1")
+    job.run()
+    third = kept()
+    syncer.assert_equal("public.t")
+    job.close()
+    assert job.connections.kept is None and _backends_gone(db, third)
