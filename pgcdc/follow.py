@@ -205,8 +205,7 @@ class Follower:
                       else "q.txid < pg_snapshot_xmin(pg_current_snapshot())")
         every = not s.tables
         if self.poll_conn is None or self.poll_conn.closed or self.poll_conn.broken:
-            self.poll_conn = connect(s.source.replica_dsn or s.source.dsn,
-                                     role="source.replica_dsn" if s.source.replica_dsn else "source.dsn",
+            self.poll_conn = connect(s.source.reader_dsn, role=s.source.reader_role,
                                      reader=True)  # (names resolve in pg_catalog first, as in every reading session)
         try:
             rows = self.poll_conn.execute(

@@ -62,7 +62,6 @@ class Job:
         self.table_ids: dict[str, int] = {}  # the last run's tables
         self.schemas: dict[int, tuple[object, "StructType"]] = {}  # by table id: its columns and their Spark schema
         self.compactor = compact.Compactor(spark, settings.spark.conf)  # small files, beside the run
-        self.reader_role = "source.replica_dsn" if settings.source.replica_dsn else "source.dsn"
         self.connections = SourceConnections(settings.source, keep=following)  # a follower's: kept between runs
         self.chooser = Chooser(spark, settings.ingest.engine)  # refuses an engine this Delta build cannot run
         storage.check_root(spark, settings.target.root)  # a remote root answers (reading only) before any table
@@ -251,7 +250,7 @@ class Job:
                 # a standby's snapshot xmin can move back: a transaction's xid becomes known to it
                 # only with the transaction's first WAL record; wait again, then take a new snapshot
                 if time.monotonic() > deadline:
-                    raise TargetError(f"{self.reader_role} is behind the primary (its txmin {behind.args[0]} < "
+                    raise TargetError(f"{self.settings.source.reader_role} is behind the primary (its txmin {behind.args[0]} < "
                                       f"{registered} after 60 s); check its replication and run again") from None
                 time.sleep(0.25)
 
@@ -292,7 +291,7 @@ class Job:
             if now >= txmin:
                 return
             if time.monotonic() > deadline:
-                raise TargetError(f"{self.reader_role} is behind the primary (its txmin {now} < {txmin} after "
+                raise TargetError(f"{self.settings.source.reader_role} is behind the primary (its txmin {now} < {txmin} after "
                                   f"{timeout:.0f} s); check its replication and run again")
             time.sleep(0.25)
 

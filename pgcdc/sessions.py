@@ -56,11 +56,9 @@ class SourceConnections:
             _close(pair)
 
     def _opened(self) -> Pair:
-        replica = self.source.replica_dsn
         primary = connect(self.source.dsn)
         try:
-            return primary, connect(replica or self.source.dsn, role="source.replica_dsn" if replica else "source.dsn",
-                                    reader=True)
+            return primary, connect(self.source.reader_dsn, role=self.source.reader_role, reader=True)
         except BaseException:
             primary.close()
             raise

@@ -32,6 +32,16 @@ class SourceSettings(BaseModel):
         description="optional hot standby; when set, the ingest job reads events and rows there",
     )
 
+    @property
+    def reader_dsn(self) -> SecretStr:
+        """Where the ingest reads events and rows: the standby if there is one."""
+        return self.replica_dsn or self.dsn
+
+    @property
+    def reader_role(self) -> str:
+        """The setting reader_dsn comes from, as errors name it."""
+        return "source.replica_dsn" if self.replica_dsn else "source.dsn"
+
 
 class TargetSettings(BaseModel):
     """Where the Delta tables land: <root>/<schema>.<table>."""
