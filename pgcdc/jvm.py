@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from functools import lru_cache
@@ -63,14 +64,14 @@ def optional(option: Any) -> Any | None:
 
 def kept(spark: "SparkSession", key: object, make: Callable[[], T]) -> T:
     """What `make` returns, made once per Spark session and `key`: JVM objects every batch would
-    otherwise build anew, a Py4J round trip per part."""
-    found = _KEPT.get((id(spark), key))
-    if found is None or found[0] is not spark:  # (an id is reused only once its session is gone)
-        found = _KEPT[(id(spark), key)] = (spark, make())
-    return found[1]  # type: ignore[no-any-return]
+    otherwise build anew, a Py4J round trip per part. Forgotten with their session."""
+    made = _KEPT.setdefault(spark, {})
+    if key not in made:
+        made[key] = make()
+    return made[key]  # type: ignore[no-any-return]
 
 
-_KEPT: dict[tuple[int, object], tuple[Any, Any]] = {}
+_KEPT: "weakref.WeakKeyDictionary[SparkSession, dict[object, Any]]" = weakref.WeakKeyDictionary()
 
 
 def scala_map(spark: "SparkSession", entries: dict[str, Any]) -> Any:
