@@ -1,7 +1,7 @@
 """Ingest cost, measured side by side in one run (not a test; never fails on timing).
 
     python -m bench.ingest [--rows 5000000] [--changes 1000000] [--small 10000] [--partitions 4]
-                           [--repeat 2] [--small-rounds 10]
+                           [--repeat 3] [--small-rounds 10]
 
 On a throwaway PostgreSQL and local Spark (started once; JVM start is excluded) it
 times, on a table of --rows rows, both engines (docs/engines.md) on the same table, each
@@ -10,7 +10,8 @@ run by one long-lived Job as a follower's runs are (its source connections kept 
      Spark JDBC read of the table plus a Delta write, in alternating order (--repeat rounds);
   1. ingest of --changes changed rows (spread over the whole table) with each engine and,
      for the same changes again, re-copied, each vs the floor: a Spark JDBC read of the
-     same rows plus a Delta append of them;
+     same rows plus a Delta append of them (the order rotated each round; each UPDATE
+     vacuumed and a checkpoint taken, untimed, before each contender);
   2. ingest of --small changed rows spread over the table (every file touched), and
   3. of --small changed rows among the newest ones (--small-rounds rounds each: Delta
      writes a checkpoint every 100 commits of pgcdc's tables; the recipe's own UPDATE is
@@ -34,6 +35,7 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from statistics import median
 
 import psycopg
 
@@ -64,7 +66,7 @@ def main() -> None:
     ap.add_argument("--changes", type=int, default=1_000_000)
     ap.add_argument("--small", type=int, default=10_000)
     ap.add_argument("--partitions", type=int, default=4, help="JDBC partitions for every read")
-    ap.add_argument("--repeat", type=int, default=2, help="rounds of the large measurements")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds of the large measurements (medians)")
     ap.add_argument("--small-rounds", type=int, default=10, help="rounds of each small batch")
     ap.add_argument("--target", choices=["local", "s3"], default="local",
                     help="s3: also the merge engine into a local S3 server, beside the local figures")
@@ -129,17 +131,30 @@ def main() -> None:
                 for into, label, fn in (pair if r % 2 == 0 else pair[::-1]):
                     into.append(timed(label, fn))
 
-            print(f"\n[1] {args.changes} changed rows (every {every}th row), {args.repeat} rounds", flush=True)
-            floor, big_fast, big_merge = [], [], []
+            print(f"\n[1] {args.changes} changed rows (every {every}th row), {args.repeat} rounds, the order "
+                  "rotated", flush=True)
+            big: dict[str, list[float]] = {"floor": [], "fast": [], "merge": []}
+
+            def settle(change: bool) -> None:
+                """Each contender starts from the same state: its changes made and vacuumed (else
+                autovacuum, due after a 1M-row UPDATE, runs beside whichever comes next), and a
+                checkpoint (else one falls due in the middle of one of them)."""
+                if change:
+                    conn.execute("update bench set a = a + 1 where id %% %s = 0", (every,))
+                    conn.execute("vacuum bench")
+                conn.execute("checkpoint")
+
+            contenders = [("floor", "floor: JDBC read of the same rows + Delta append",
+                           lambda: jdbc_read(f"id % {every} = 0").write.format("delta").mode("append")
+                           .save(str(work / "floor"))),
+                          ("fast", "pgcdc ingest, fast engine", fast.run),
+                          ("merge", "pgcdc ingest, merge engine", merge.run)]
             for r in range(args.repeat):
-                floor.append(timed("floor: JDBC read of the same rows + Delta append",
-                                   lambda: jdbc_read(f"id % {every} = 0").write.format("delta").mode("append")
-                                   .save(str(work / "floor"))))
-                conn.execute("update bench set a = a + 1 where id %% %s = 0", (every,))
-                big_fast.append(timed("pgcdc ingest, fast engine", fast.run))
-                conn.execute("update bench set a = a + 1 where id %% %s = 0", (every,))
-                big_merge.append(timed("pgcdc ingest, merge engine", merge.run))
-            conn.execute("update bench set a = a + 1 where id %% %s = 0", (every,))
+                for name, label, fn in contenders[r % 3:] + contenders[:r % 3]:
+                    settle(change=name != "floor")
+                    big[name].append(timed(label, fn))
+            floor, big_fast, big_merge = big["floor"], big["fast"], big["merge"]
+            settle(change=True)
             big_recopy = timed("pgcdc ingest, the same changes again, by re-copying the table", recopy_always.run)
 
             small: dict[str, dict[str, list[float]]] = {}
@@ -169,19 +184,19 @@ def main() -> None:
             remote = s3_rounds(args, conn, settings, spark, s3, jdbc_read, merge, say) if s3 else None
             for each in (fast, merge, recopy_always):
                 each.close()
-        print(f"\nresults ({args.rows} rows, {args.partitions} JDBC partitions, local[2]; means over the rounds, "
-              "checkpoints included):")
-        print(f"  first sync / plain copy                          = {mean(first) / mean(plain):5.2f}x  "
-              f"({mean(first):.1f}s / {mean(plain):.1f}s; goal <= 1.2x)")
-        print(f"  {args.changes} spread changes: fast / floor          = {mean(big_fast) / mean(floor):5.2f}x  "
-              f"({mean(big_fast):.1f}s / {mean(floor):.1f}s; goal <= 1.3x)")
-        print(f"  {args.changes} spread changes: merge / floor         = {mean(big_merge) / mean(floor):5.2f}x  "
-              f"({mean(big_merge):.1f}s)")
-        print(f"  {args.changes} spread changes: re-copied / floor     = {big_recopy / mean(floor):5.2f}x")
+        print(f"\nresults ({args.rows} rows, {args.partitions} JDBC partitions, local[2]; medians of the "
+              "--repeat rounds, means of the small ones; checkpoints included):")
+        print(f"  first sync / plain copy                          = {median(first) / median(plain):5.2f}x  "
+              f"({median(first):.1f}s / {median(plain):.1f}s; goal <= 1.2x)")
+        print(f"  {args.changes} spread changes: fast / floor          = {median(big_fast) / median(floor):5.2f}x  "
+              f"({median(big_fast):.1f}s / {median(floor):.1f}s; goal <= 1.3x)")
+        print(f"  {args.changes} spread changes: merge / floor         = {median(big_merge) / median(floor):5.2f}x  "
+              f"({median(big_merge):.1f}s)")
+        print(f"  {args.changes} spread changes: re-copied / floor     = {big_recopy / median(floor):5.2f}x")
         for part, name in (("2", "spread"), ("3", "recent")):
             t = small[part]
-            print(f"  {args.small} {name}: full reload / fast engine      = {mean(reload) / mean(t['fast']):5.2f}x  "
-                  f"({mean(reload):.1f}s / {mean(t['fast']):.2f}s; goal >= 30x)")
+            print(f"  {args.small} {name}: full reload / fast engine      = {median(reload) / mean(t['fast']):5.2f}x  "
+                  f"({median(reload):.1f}s / {mean(t['fast']):.2f}s; goal >= 30x)")
             print(f"  {args.small} {name}: merge engine / fast engine     = {mean(t['merge']) / mean(t['fast']):5.2f}x  "
                   f"({mean(t['merge']):.2f}s; goal <= 2x)")
             print(f"  {args.small} {name}: public recipe / merge engine   = {mean(t['recipe']) / mean(t['merge']):5.2f}x  "

@@ -292,6 +292,34 @@ def test_equal_keys_in_different_text_forms_merge_as_one(db: psycopg.Connection,
     assert sorted((r.k, r.v) for r in syncer.delta("public.n").collect()) == [("1", "c"), ("2.5", "d")]
 
 
+@pytest.mark.parametrize("key_type", ["smallint", "integer", "bigint", "text", "composite"])
+def test_every_key_falls_in_exactly_one_share(db: psycopg.Connection, key_type: str) -> None:
+    """The share filters (integer keys hash as one int8, others as a record) split any key set
+    into disjoint shares that cover it: negative, zero and extreme keys included."""
+    from pgcdc import enrich
+
+    composite = key_type == "composite"
+    cols = "(a int, b text, primary key (a, b))" if composite else f"(k {key_type} primary key)"
+    db.execute(f"create table s {cols}")
+    t = capture.attach(db, "s")
+    if composite:
+        keys = "select g as a, g::text as b from generate_series(-500, 500) g"
+    elif key_type == "text":
+        keys = "select g::text as k from generate_series(-500, 500) g"
+    else:
+        low, high = {"smallint": (-32768, 32767)}.get(key_type, (-2**31, 2**31 - 1))
+        if key_type == "bigint":
+            low, high = -2**63, 2**63 - 1
+        keys = (f"select g::{key_type} as k from generate_series(-500, 500) g "
+                f"union all select ({low})::{key_type} union all select ({high})::{key_type}")
+    prefixed = ", ".join(f"{c} as \"{enrich.KEY_PREFIX}{c}\"" for c in t.key_columns)
+    total = db.execute(f"select count(*) from ({keys}) k").fetchone()[0]
+    for n in (1, 2, 3, 4):
+        counts = [db.execute(f"select count(*) from (select {prefixed} from ({keys}) k) q where {f}").fetchone()[0]
+                  for f in enrich.shares(t, n)]
+        assert sum(counts) == total and all(c > 0 for c in counts), (n, counts)
+
+
 def test_batch_changing_much_of_the_table_is_applied_by_a_copy(db: psycopg.Connection, syncer) -> None:
     from delta.tables import DeltaTable
 
