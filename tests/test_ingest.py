@@ -307,9 +307,8 @@ def test_every_key_falls_in_exactly_one_share(db: psycopg.Connection, key_type: 
     elif key_type == "text":
         keys = "select g::text as k from generate_series(-500, 500) g"
     else:
-        low, high = {"smallint": (-32768, 32767)}.get(key_type, (-2**31, 2**31 - 1))
-        if key_type == "bigint":
-            low, high = -2**63, 2**63 - 1
+        bits = {"smallint": 16, "integer": 32, "bigint": 64}[key_type]
+        low, high = -2**(bits - 1), 2**(bits - 1) - 1
         keys = (f"select g::{key_type} as k from generate_series(-500, 500) g "
                 f"union all select ({low})::{key_type} union all select ({high})::{key_type}")
     prefixed = ", ".join(f"{c} as \"{enrich.KEY_PREFIX}{c}\"" for c in t.key_columns)
