@@ -22,6 +22,7 @@ from pathlib import Path
 import psycopg
 
 from pgcdc import capture, enrich, ingest, verify
+from pgcdc.columns import table_columns
 from pgcdc.target import target_path
 from pgcdc.db import jdbc_options
 from pgcdc.localpg import LocalPostgres
@@ -31,7 +32,7 @@ from pgcdc.spark import get_session
 
 def exceptall(spark, conn: psycopg.Connection, t, path: str) -> tuple[int, int]:
     """The previous method: every row over JDBC (the sync's mapping), exceptAll both ways."""
-    columns = enrich.table_columns(conn, t.name)
+    columns = table_columns(conn, t.name)
     pg = enrich.read_table(spark, jdbc_options(conn), t, columns, 1, 1).cache()
     delta = spark.read.format("delta").load(path)
     try:

@@ -21,6 +21,7 @@ import psycopg
 from pgcdc import access, catalog, compact, enrich, events, faults, storage, tablelog, target
 from pgcdc.log import fields
 from pgcdc.capture import AttachedTable
+from pgcdc.columns import Column, table_columns
 from pgcdc.engines import BatchWork, Chooser, Engine
 from pgcdc.errors import TargetError
 from pgcdc.runs import TableReport, check_state, pending, preflight
@@ -106,7 +107,7 @@ class Job:
         path, recorded = table_path(primary, s.consumer, t.table_id, t.name, s.target.root)
         report = TableReport(t.name, path)
         access.check_readable(reader, t)
-        columns = enrich.table_columns(reader, t.name)
+        columns = table_columns(reader, t.name)
         source = self.source_schema(jdbc, t, columns)
         if not target.is_delta(self.spark, path):  # (only ever created in an empty place)
             target.create_table(self.spark, path, source, t.key_columns, s.consumer, t.name, s.target)
@@ -169,7 +170,7 @@ class Job:
                 except ColumnsChanged as changed:  # DDL since the run began; the copy covers this batch
                     self.say(f"{t.name}: its columns changed while this run read it ({changed}): copying the "
                              "table again")
-                    columns = enrich.table_columns(reader, t.name)
+                    columns = table_columns(reader, t.name)
                     state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, state.batch)
                     report.events += batch.events
                     report.batches += 1
@@ -181,7 +182,7 @@ class Job:
             self.compactor.after_batches(path, t.name, s.ingest.compact_files)
         return self.finish(primary, reader, state, path, report, choice.engine)
 
-    def source_schema(self, jdbc: dict[str, str], t: AttachedTable, columns: list[enrich.Column]) -> "StructType":
+    def source_schema(self, jdbc: dict[str, str], t: AttachedTable, columns: list[Column]) -> "StructType":
         """The table's Spark schema as the sync reads it (enrich.schema_of, a JDBC connection and
         query: ~40 ms, in every run of every table), kept for this Job's later runs (a follower's)
         while the table's columns, read anew each run, stay what they were."""
@@ -234,7 +235,7 @@ class Job:
                                  max_events=s.max_events_per_batch, max_keys=s.max_keys_per_batch)
 
     def copy_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], identity: str,
-                   t: AttachedTable, columns: list[enrich.Column], path: str, report: TableReport,
+                   t: AttachedTable, columns: list[Column], path: str, report: TableReport,
                    last_batch: int) -> ConsumerState:
         """Copy the whole table (first sync or resync), replacing the Delta table's contents.
 
@@ -255,7 +256,7 @@ class Job:
                 time.sleep(0.25)
 
     def _copy(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], identity: str,
-              t: AttachedTable, columns: list[enrich.Column], path: str, report: TableReport, last_batch: int,
+              t: AttachedTable, columns: list[Column], path: str, report: TableReport, last_batch: int,
               registered: int) -> ConsumerState:
         """copy_table's copy in one snapshot of the reader, which must have reached `registered`."""
         self.wait_for_reader(reader, registered)
@@ -305,7 +306,7 @@ class Job:
                 path, recorded = table_path(primary, s.consumer, t.table_id, t.name, s.target.root)
                 report = TableReport(t.name, path)
                 access.check_readable(reader, t)
-                columns = enrich.table_columns(reader, t.name)
+                columns = table_columns(reader, t.name)
                 last = 0
                 if target.is_delta(self.spark, path):
                     target.check_owner(self.spark, path, s.consumer, None if recorded else t.name)
@@ -315,7 +316,7 @@ class Job:
         return reports
 
     def apply_batch(self, engine: Engine, primary: psycopg.Connection, reader: psycopg.Connection,
-                    jdbc: dict[str, str], t: AttachedTable, columns: list[enrich.Column], batch: events.Batch,
+                    jdbc: dict[str, str], t: AttachedTable, columns: list[Column], batch: events.Batch,
                     snap: events.Snapshot, row_bytes: float, state: ConsumerState, path: str,
                     report: TableReport) -> ConsumerState:
         """Apply one batch with `engine`, then copy its state next to the table and into PostgreSQL."""

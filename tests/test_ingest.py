@@ -249,6 +249,7 @@ def test_copy_partitions_all_read_the_exported_snapshot(db: psycopg.Connection, 
     an UPDATE between two reads could move a row into a range read later (copied twice) or
     into one read earlier (missed)."""
     from pgcdc import enrich
+    from pgcdc.columns import table_columns
     from pgcdc.db import jdbc_options
 
     db.execute("create table t (id int primary key, v int not null) with (fillfactor = 100)")
@@ -261,7 +262,7 @@ def test_copy_partitions_all_read_the_exported_snapshot(db: psycopg.Connection, 
         db.execute("update t set v = 1 where id <= 100")  # new versions land in the last pages
         db.execute("delete from t where id > 4900")
         db.execute("insert into t values (6000, 6)")
-        rows = enrich.read_table(syncer.spark, jdbc_options(db), t, enrich.table_columns(db, "public.t"), 4,
+        rows = enrich.read_table(syncer.spark, jdbc_options(db), t, table_columns(db, "public.t"), 4,
                                  relpages, snapshot).collect()
         exporter.execute("commit")
     assert len(rows) == 5000 and len({r.id for r in rows}) == 5000  # each row once, as of the snapshot

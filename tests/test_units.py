@@ -8,7 +8,8 @@ import pytest
 
 from pgcdc.target import target_path
 from pgcdc.capture import AttachedTable
-from pgcdc.enrich import Column, batch_partitions, keys_fit_driver
+from pgcdc.columns import Column
+from pgcdc.enrich import batch_partitions, keys_fit_driver
 from pgcdc.events import Batch, Snapshot, _ranges_between_gaps
 from pgcdc.state import ConsumerState, TxidSet
 

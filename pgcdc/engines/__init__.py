@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from pgcdc.capture import AttachedTable
-    from pgcdc.enrich import BatchRead, Column
+    from pgcdc.columns import Column
+    from pgcdc.enrich import BatchRead
     from pgcdc.events import Batch
     from pgcdc.settings import IngestSettings
     from pgcdc.state import ConsumerState
