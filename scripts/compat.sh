@@ -29,5 +29,5 @@ fi
 say "$(.venv-compat/bin/python -c 'from importlib.metadata import version as v; print("pyspark", v("pyspark"), "+ delta-spark", v("delta-spark"))')"
 .venv-compat/bin/python -m pgcdc.spark >/dev/null 2>.venv-compat/jars.log || { tail -n 20 .venv-compat/jars.log >&2; exit 1; }
 PGCDC_SEED=${PGCDC_SEED:-11} exec .venv-compat/bin/pytest -p no:cacheprovider tests/test_engines.py \
-  tests/test_ingest.py tests/test_differential.py \
+  tests/test_batches.py tests/test_differential.py \
   -k "test_engines or small_files or (random_schedule and out_of_order)" "$@"
