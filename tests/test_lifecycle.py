@@ -1,4 +1,5 @@
-"""A table's whole life: predicates, domain keys, session settings, drops (docs/capture.md).
+"""A table's whole life: predicates, domain keys, session settings, column changes, drops,
+detach and attach again (docs/capture.md).
 
 The oracle reads PostgreSQL with psycopg (in a session of its own settings) and Delta with a
 plain Spark read, never through pgcdc's reading code.
@@ -246,3 +247,96 @@ def test_a_delta_table_missing_a_data_file_stops_its_sync_until_resync(db: psyco
     Job(syncer.settings(), syncer.spark, syncer.lines.append).resync(["public.t"])
     syncer.run()
     assert sorted(tuple(r) for r in syncer.delta("public.t").collect()) == sorted(db.execute("select id, v from t").fetchall())
+
+
+def _pg_and_delta(db: psycopg.Connection, syncer, columns: str) -> tuple[list[tuple], list[tuple]]:
+    """The rows of public.t (these columns, by id) as psycopg reads them and as plain Spark reads Delta."""
+    pg = db.execute(f"select {columns} from t order by id").fetchall()
+    delta = [tuple(r) for r in syncer.delta("public.t").selectExpr(*columns.split(", ")).orderBy("id").collect()]
+    return pg, delta
+
+
+@pytest.mark.parametrize("one_job", [False, True], ids=["a job a run", "one job for every run"])
+def test_without_the_ddl_guard_column_changes_copy_the_table(db: psycopg.Connection, syncer, one_job: bool) -> None:
+    """An install by a role that may not create event triggers: the run itself sees the columns
+    changed and copies the table, so every row takes an added column's default (PostgreSQL
+    fills it in without writing the rows, or rewrites them without firing triggers), and
+    dropped, renamed and retyped columns leave no stale values; also with no write since. Also
+    where one Job makes every run (a follower's), which keeps each table's schema between runs."""
+    from pgcdc.ingest import Job
+
+    job = Job(syncer.settings(), syncer.spark, syncer.lines.append) if one_job else None
+
+    def run() -> dict:
+        return {r.table: r for r in job.run()} if job is not None else syncer.run()
+
+    db.execute("alter event trigger pgcdc_ddl disable")
+    db.execute("alter event trigger pgcdc_rewrite disable")
+    db.execute("create table t (id int primary key, a text, n int)")
+    db.execute("insert into t select i, 'x' || i, i from generate_series(1, 1000) i")
+    capture.attach(db, "t")
+    run()
+    db.execute("alter table t add column b int default 42")  # no row is written: no event
+    db.execute("alter table t add column r float8 default random()")  # rewritten, without triggers
+    db.execute("insert into t (id, a) values (1001, 'new')")
+    assert run()["public.t"].copied == 1001
+    assert "public.t: its columns changed (added b, r): copying the table again" in syncer.lines
+    pg, delta = _pg_and_delta(db, syncer, "id, a, n, b, r")
+    assert delta == pg and {row[3] for row in delta} == {42}
+
+    db.execute("alter table t add column c text default 'idle'")  # and no write at all after it
+    run()
+    pg, delta = _pg_and_delta(db, syncer, "id, a, b, c")
+    assert delta == pg and {row[3] for row in delta} == {"idle"}
+
+    db.execute("alter table t drop column a")
+    db.execute("alter table t rename column b to bb")
+    db.execute("alter table t alter column n type bigint using n * 10000000000")
+    db.execute("update t set bb = 1 where id = 5")
+    run()
+    pg, delta = _pg_and_delta(db, syncer, "id, n, bb, r, c")
+    assert delta == pg and syncer.delta("public.t").columns == ["id", "n", "bb", "r", "c"]
+    db.execute("update t set bb = 2 where id = 6")  # batches go on as before
+    assert run()["public.t"].copied is None
+    pg, delta = _pg_and_delta(db, syncer, "id, n, bb, r, c")
+    assert delta == pg
+
+
+def test_with_on_schema_change_fail_a_column_change_stops_the_table_naming_resync(
+        db: psycopg.Connection, syncer) -> None:
+    from pgcdc.ingest import Job
+
+    db.execute("alter event trigger pgcdc_ddl disable")
+    db.execute("create table t (id int primary key, a text)")
+    db.execute("insert into t values (1, 'x')")
+    capture.attach(db, "t")
+    syncer.run()
+    db.execute("alter table t add column b int default 42")
+    commits = syncer.commits("public.t")
+    with pytest.raises(TargetError, match=r"the columns of public.t changed \(added b\) since .*run `pgcdc resync "
+                                          r"public.t`"):
+        syncer.run(on_schema_change="fail")
+    assert syncer.commits("public.t") == commits
+    Job(syncer.settings(on_schema_change="fail"), syncer.spark, syncer.lines.append).resync(["t"])
+    pg, delta = _pg_and_delta(db, syncer, "id, a, b")
+    assert delta == pg == [(1, "x", 42)]
+
+
+def test_detach_attach_needs_resync_and_resync_repairs(db: psycopg.Connection, syncer) -> None:
+    from pgcdc.ingest import Job
+
+    db.execute("create table t (id int primary key, v text)")
+    db.execute("insert into t values (1, 'a'), (2, 'b')")
+    capture.attach(db, "t")
+    syncer.run()
+    capture.detach(db, "t")
+    db.execute("update t set v = 'lost' where id = 1")  # not captured while detached
+    capture.attach(db, "t")
+    with pytest.raises(TargetError, match=r"detached and attached again .* run `pgcdc resync public.t`"):
+        syncer.run()
+    db.execute("alter table t add column extra int default 7")
+    Job(syncer.settings(), syncer.spark, syncer.lines.append).resync(["t"])
+    syncer.assert_equal("public.t")
+    db.execute("update t set v = 'after' where id = 2")
+    assert syncer.run()["public.t"].events == 1
+    syncer.assert_equal("public.t")

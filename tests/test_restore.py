@@ -6,6 +6,7 @@ a point, later started as a primary while Delta already holds changes made after
 
 from __future__ import annotations
 
+import json
 import subprocess
 import tempfile
 from pathlib import Path
@@ -113,3 +114,16 @@ def _config(syncer: Syncer, tmp_path: Path) -> Path:
     cfg = tmp_path / "restored.toml"
     cfg.write_text(f'consumer = "test"\n[source]\ndsn = "{syncer.dsn}"\n[target]\nroot = "{syncer.root}"\n')
     return cfg
+
+
+def test_restore_into_another_cluster_is_detected(db: psycopg.Connection, syncer) -> None:
+    db.execute("create table t (id int primary key)")
+    capture.attach(db, "t")
+    syncer.run()
+    state_file = Path(syncer.path("public.t"), "_pgcdc", "test.json")
+    state = json.loads(state_file.read_text())
+    state["system_id"] = "12345"  # as if the Delta table had been synced from the cluster before a restore
+    state_file.write_text(json.dumps(state))
+    with pytest.raises(TargetError,
+                       match=r"synced from another database .*run `pgcdc reset-watermark` \(or `pgcdc resync public.t`\)"):
+        syncer.run()
