@@ -250,10 +250,9 @@ def test_a_delta_table_missing_a_data_file_stops_its_sync_until_resync(db: psyco
 
 
 def _pg_and_delta(db: psycopg.Connection, syncer, columns: str) -> tuple[list[tuple], list[tuple]]:
-    """The rows of public.t (these columns, by id) as psycopg reads them and as plain Spark reads Delta."""
-    pg = db.execute(f"select {columns} from t order by id").fetchall()
-    delta = [tuple(r) for r in syncer.delta("public.t").selectExpr(*columns.split(", ")).orderBy("id").collect()]
-    return pg, delta
+    """The rows of public.t (these columns, id first, by id) as psycopg reads them and as plain
+    Spark reads Delta."""
+    return db.execute(f"select {columns} from t order by id").fetchall(), _delta_rows(syncer, "public.t", columns)
 
 
 @pytest.mark.parametrize("one_job", [False, True], ids=["a job a run", "one job for every run"])
