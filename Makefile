@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Both set up first.
-.PHONY: setup demo test lint compat
+.PHONY: setup demo test lint compat pg18
 
 setup:
 	@bash scripts/setup.sh
@@ -8,15 +8,21 @@ demo: setup
 	.venv/bin/pgcdc demo
 
 # lint, the whole suite on the pinned pyspark/delta-spark pair, then the merge engine on the
-# second supported pair (scripts/compat.sh)
+# second supported pair (scripts/compat.sh), then capture, security, lifecycle and one randomized
+# schedule on PostgreSQL 18 (scripts/pg18.sh)
 test: setup lint
 	.venv/bin/pytest
 	bash scripts/compat.sh
+	bash scripts/pg18.sh
 
 lint: setup
 	.venv/bin/ruff check pgcdc tests bench jobs
 	.venv/bin/mypy pgcdc
-	.venv/bin/mypy --strict --follow-imports=silent pgcdc/engines pgcdc/tablelog.py
+	.venv/bin/mypy --strict --follow-imports=silent pgcdc/engines pgcdc/lake/tablelog.py
+	.venv/bin/lint-imports  # the layering (pyproject.toml [tool.importlinter], docs/architecture.md)
 
 compat: setup
 	bash scripts/compat.sh
+
+pg18: setup
+	bash scripts/pg18.sh

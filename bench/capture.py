@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psycopg
 
-from pgcdc import capture
+from pgcdc.source import capture
 from pgcdc.localpg import LocalPostgres, find_bindir
 
 TABLES = {"pgbench_accounts": "aid", "pgbench_tellers": "tid", "pgbench_branches": "bid"}

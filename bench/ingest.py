@@ -39,13 +39,14 @@ from statistics import median
 
 import psycopg
 
-from pgcdc import capture
-from pgcdc.db import jdbc_options
-from pgcdc.ingest import Job
+from pgcdc.source import capture
+from pgcdc.source.db import jdbc_options
+from pgcdc.sync.ingest import Job
+from pgcdc.sync.runs import resync_tables, run_job
 from pgcdc.localpg import LocalPostgres
 from pgcdc.locals3 import running as s3_running
 from pgcdc.settings import Settings
-from pgcdc.spark import get_session
+from pgcdc.spark.session import get_session
 
 
 def timed(label: str, fn) -> float:
@@ -126,7 +127,7 @@ def main() -> None:
             timed("first sync (pgcdc ingest: creates the table)", fast.run)
             first, plain = [], []
             for r in range(args.repeat):
-                pair = [(first, "first sync again (pgcdc resync)", lambda: fast.resync(["public.bench"])),
+                pair = [(first, "first sync again (pgcdc resync)", lambda: resync_tables(fast, ["public.bench"])),
                         (plain, "plain copy: JDBC read of the table + Delta write", plain_copy)]
                 for into, label, fn in (pair if r % 2 == 0 else pair[::-1]):
                     into.append(timed(label, fn))
@@ -176,7 +177,7 @@ def main() -> None:
                             times[name].append(took)
                     # the recipe's UPDATE queued events too: applied here, untimed, so each timed
                     # run of an engine applies exactly its own --small changed rows
-                    fast.run()
+                    run_job(fast)
                 small[part] = times
             reload = [timed("full reload: JDBC read of the whole table + Delta overwrite",
                             lambda: jdbc_read("true").write.format("delta").mode("overwrite")
@@ -224,13 +225,13 @@ def s3_rounds(args, conn, settings, spark, s3, jdbc_read, local_merge, say) -> d
     timed("first sync into S3 (pgcdc ingest: creates the table)", on_s3.run)
     out: dict[str, list[float]] = {"first": [], "plain": [], "s3": [], "local": []}
     for r in range(args.repeat):
-        pair = [("first", "first sync into S3 again (pgcdc resync)", lambda: on_s3.resync(["public.bench"])),
+        pair = [("first", "first sync into S3 again (pgcdc resync)", lambda: resync_tables(on_s3, ["public.bench"])),
                 ("plain", "plain copy into S3: JDBC read + Delta write",
                  lambda: jdbc_read("true").write.format("delta").mode("overwrite").save(plain_path))]
         for into, label, fn in (pair if r % 2 == 0 else pair[::-1]):
             out[into].append(timed(label, fn))
     every = max(1, args.rows // args.small)
-    local_merge.run()  # (both consumers start level)
+    run_job(local_merge)  # (both consumers start level)
     print(f"\n[5] {args.small} changed rows (every {every}th row), merge engine: S3 and local, "
           f"{args.small_rounds} rounds", flush=True)
     for r in range(args.small_rounds):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psycopg
 
-from pgcdc import capture
+from pgcdc.source import capture
 from pgcdc.localpg import LocalPostgres
 
 

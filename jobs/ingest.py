@@ -1,12 +1,12 @@
 """The ingest job for spark-submit from a checkout; the same as the packaged entry point
-pgcdc/job.py (which `pgcdc submit-args` names, for any directory):
+pgcdc/cli/job.py (which `pgcdc submit-args` names, for any directory):
 
     spark-submit $(pgcdc --config pgcdc.toml submit-args --job jobs/ingest.py) --config pgcdc.toml
 """
 
 import sys
 
-from pgcdc.job import main
+from pgcdc.cli.job import main
 
 if __name__ == "__main__":
     sys.exit(main())

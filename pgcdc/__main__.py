@@ -1,5 +1,5 @@
 import sys
 
-from pgcdc.cli import main
+from pgcdc.cli.main import main
 
 sys.exit(main())

@@ -12,7 +12,8 @@ object at fault and say what to do next; they never contain secrets.
     ├── TableError       (LookupError)      unknown table, no primary key, not attached
     ├── TargetError      (RuntimeError)     Delta table unusable (other consumer, schema drift)
     │   └── ConflictError                   another writer committed to the table mid-batch
-    └── BusyError        (RuntimeError)     another job holds the consumer
+    ├── BusyError        (RuntimeError)     another job holds the consumer
+    └── StoppedError     (RuntimeError)     a one-shot run stopped between batches by SIGTERM/SIGINT
 
 Every command exits with one of the codes below, the same in every command (docs/operations.md):
 a scheduler retries FAILURE and BUSY, and pages a person for ATTENTION and USAGE.
@@ -23,6 +24,7 @@ ATTENTION = 1  # the command ran and found something a person must look at (stat
 USAGE = 2  # bad arguments or settings, or something pgcdc refuses until a person acts
 BUSY = 3  # another run holds the consumer: try again later
 FAILURE = 4  # the run failed part-way (nothing half-applied); a retry may get further
+INTERRUPTED = 130  # stopped by a signal (between batches, or at once by a second one); the next run goes on
 
 
 class PgcdcError(Exception):
@@ -71,3 +73,10 @@ class BusyError(PgcdcError, RuntimeError):
     """Another job is already running for the same consumer."""
 
     exit_code = BUSY
+
+
+class StoppedError(PgcdcError, RuntimeError):
+    """A one-shot run stopped between batches on SIGTERM/SIGINT (a scheduler's timeout): what is
+    committed stays, the next run goes on from there."""
+
+    exit_code = INTERRUPTED

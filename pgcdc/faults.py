@@ -1,14 +1,15 @@
 """Failpoints: named places where tests crash the job (or act as another writer would).
 
 PGCDC_FAILPOINT=<name> kills the process at that place, as a crash would (PGCDC_FAILPOINT_PASS=<n>:
-the n+1-th time it gets there); tests that
-run in-process replace `failpoint` instead. Call it as `faults.failpoint(...)` so the
-replacement is seen.
+the n+1-th time it gets there), or, with PGCDC_FAILPOINT_RUN=<command>, runs that command there
+and goes on (another writer's DDL at that moment). Tests that run in-process replace `failpoint`
+instead. Call it as `faults.failpoint(...)` so the replacement is seen.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 
 # Every failpoint, in the order a batch passes them (a first sync passes before-copy-commit
 # instead of the merge's three; after-compact comes after a table's last batch of a run, where
@@ -26,5 +27,8 @@ def failpoint(name: str) -> None:
     global _passed
     if os.environ.get("PGCDC_FAILPOINT") == name:
         if _passed >= int(os.environ.get("PGCDC_FAILPOINT_PASS", "0")):
-            os._exit(99)
+            command = os.environ.get("PGCDC_FAILPOINT_RUN")
+            if not command:
+                os._exit(99)
+            subprocess.run(command, shell=True, check=True)
         _passed += 1

@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from pgcdc.errors import ConfigError
+from pgcdc.settings import SECRET_CONF
 
 if TYPE_CHECKING:
     from pgcdc.settings import Settings
@@ -101,8 +102,6 @@ def setup(level: str | None = None, fmt: str | None = None) -> None:
 def redact(settings: "Settings") -> None:
     """Mask the secrets of `settings` in every later record: DSN passwords, secret Spark confs."""
     from psycopg.conninfo import conninfo_to_dict
-
-    from pgcdc.settings import SECRET_CONF
 
     for dsn in (settings.source.dsn, settings.source.replica_dsn):
         if dsn is None:

@@ -23,7 +23,7 @@ PY=${PYTHON:-python3}
   || die "Python 3.11+ is required (found: $("$PY" --version 2>&1 || echo none)); set PYTHON=/path/to/python3.11"
 
 java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1; }
-# a JDK, not just a runtime: javac builds pgcdc's Delta log store (pgcdc/logstore.py)
+# a JDK, not just a runtime: javac builds pgcdc's Delta log store (pgcdc/spark/logstore.py)
 if ! command -v java >/dev/null || [ "$(java_major)" -lt 17 ] || ! command -v javac >/dev/null; then
   say "Java 17+ JDK not found; installing openjdk-17-jdk-headless"
   apt_install openjdk-17-jdk-headless
@@ -70,5 +70,5 @@ fi
 say "resolving Spark jars (Delta Lake, PostgreSQL JDBC); downloads only on the first run"
 .venv/bin/python -m pgcdc.spark >/dev/null 2>.venv/jars.log || { tail -n 20 .venv/jars.log >&2; die "could not start Spark with Delta (log: .venv/jars.log)"; }
 say "spark + delta ok"
-.venv/bin/python -m pgcdc.logstore >/dev/null || die "could not build pgcdc's Delta log store (pgcdc/logstore.py)"
+.venv/bin/python -m pgcdc.spark.logstore >/dev/null || die "could not build pgcdc's Delta log store (pgcdc/spark/logstore.py)"
 say "pgcdc log store ok"

@@ -3,6 +3,18 @@
 drop function if exists pgcdc._capture_failed(int, text);   -- (schema v4: capture now inserts its T event itself)
 drop function if exists pgcdc._consumer_lock_space();        -- (schema v4: advisory locks anyone could take)
 
+-- schema v5 granted readers pgcdc._slot(xid8), which only the event triggers call (as the installer)
+do $slot$
+declare
+    r regrole;
+begin
+    for r in select to_regrole(g.role_name) from pgcdc.grantee g
+              where g.kind = 'reader' and to_regrole(g.role_name) is not null loop
+        execute format('revoke execute on function pgcdc._slot(xid8) from %s', r);
+    end loop;
+end
+$slot$;
+
 update pgcdc.attached a set table_name = a.relid::text
  where a.table_name is null and exists (select 1 from pg_class c where c.oid = a.relid);
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgcdc import capture
+from pgcdc.source import capture
 
 def test_batch_changing_much_of_the_table_is_applied_by_a_copy(db: psycopg.Connection, syncer) -> None:
     from delta.tables import DeltaTable

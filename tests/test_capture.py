@@ -8,8 +8,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgcdc import capture
-from pgcdc.cli import main
+from pgcdc.source import capture
+from pgcdc.cli.main import main
 from pgcdc.errors import SchemaError, TableError
 
 

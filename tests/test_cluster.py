@@ -18,7 +18,7 @@ import pytest
 from fixtures.cluster import Cluster
 from fixtures.s3 import S3Server
 from fixtures.wheel import build_wheel
-from pgcdc import capture
+from pgcdc.source import capture
 
 
 def _submit(cluster: Cluster, cfg: Path, wheel: Path, cwd: Path) -> str:

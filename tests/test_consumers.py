@@ -9,10 +9,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgcdc import capture, consumers
-from pgcdc.cli import main
+from pgcdc.source import capture, consumers
+from pgcdc.cli.main import main
 from pgcdc.errors import BusyError, TableError, TargetError
-from pgcdc.status import status_report
+from pgcdc.sync.status import status_report
 from fixtures.ingest import Syncer
 
 
@@ -103,8 +103,9 @@ def test_consumers_list_and_drop(db: psycopg.Connection, dsn: str, syncer: Synce
     with pytest.raises(TargetError, match="consumer was dropped"):
         syncer.run(consumer="gone")  # its Delta table is stale: refused, with the way out
     syncer.settings(consumer="gone")
-    from pgcdc.ingest import Job
-    Job(syncer.settings(consumer="gone"), syncer.spark, syncer.lines.append).resync(["t"])
+    from pgcdc.sync.ingest import Job
+    from pgcdc.sync.runs import resync_tables
+    resync_tables(Job(syncer.settings(consumer="gone"), syncer.spark, syncer.lines.append), ["t"])
     syncer.run(consumer="gone")
     syncer.assert_equal("public.t")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pgcdc.db import connect, jdbc_options
+from pgcdc.source.db import connect, jdbc_options
 from pgcdc.errors import SourceError
 from pgcdc.localpg import free_port
 

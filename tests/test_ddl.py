@@ -6,8 +6,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from pgcdc import capture
-from pgcdc.status import status_report
+from pgcdc.source import capture
+from pgcdc.sync.status import status_report
 from fixtures.ingest import Syncer
 
 

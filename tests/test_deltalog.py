@@ -10,10 +10,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgcdc import capture, tablelog
+from pgcdc.source import capture
+from pgcdc.lake import tablelog
 from pgcdc.engines.fast import deltalog
 from pgcdc.errors import TargetError
-from pgcdc.jvm import pylist
+from pgcdc.spark.jvm import pylist
 from pyspark.sql.types import StructType
 
 from fixtures.ingest import run_with_writer_before_commit
@@ -215,7 +216,7 @@ def test_local_paths_decode_delta_file_names_as_hadoop_does(spark, tmp_path: Pat
     """The fast engine decodes Delta's relative, URI-encoded file paths itself (no Py4J round
     trips): the same paths Hadoop gives, also for names Delta has to encode, and each exists."""
     from pgcdc.engines.fast import driver_marks
-    from pgcdc.jvm import cls
+    from pgcdc.spark.jvm import cls
 
     path = str(tmp_path / "odd folder %é")
     spark.createDataFrame([(1, "a b"), (2, "50%"), (3, "é/x"), (4, "plain"), (5, "a+b=c:d")], "id long, p string") \

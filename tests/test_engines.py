@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgcdc import capture
+from pgcdc.source import capture
 from pgcdc.errors import ConfigError
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgcdc import capture
+from pgcdc.source import capture
 
 
 def _writer(dsn: str) -> psycopg.Connection:

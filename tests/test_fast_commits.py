@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgcdc import capture
+from pgcdc.source import capture
 from fixtures.ingest import Syncer, driver_writes
 
 _TABLE = """create table t (id bigint primary key, i int, n numeric(10, 2), d double precision, b boolean,

@@ -16,7 +16,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgcdc import capture, errors
+from pgcdc.source import capture
+from pgcdc import errors
 from pgcdc.localpg import free_port
 
 pytestmark = pytest.mark.slow
@@ -169,13 +170,14 @@ def test_a_table_that_keeps_failing_does_not_hold_the_others_back(db: psycopg.Co
                                                                   tmp_path: Path) -> None:
     """public.b's Delta table belongs to another consumer: every run refuses it; the follower
     holds it back with growing pauses and keeps public.a in sync; status names b."""
-    from pgcdc.ingest import Job
+    from pgcdc.sync.ingest import Job
+    from pgcdc.sync.runs import run_job
 
     for name in ("a", "b"):
         db.execute(f"create table {name} (id int primary key)")
         db.execute(f"insert into {name} values (1)")
         capture.attach(db, name)
-    Job(syncer.settings(consumer="other", tables=["public.b"]), syncer.spark).run()  # b's place, taken
+    run_job(Job(syncer.settings(consumer="other", tables=["public.b"]), syncer.spark))  # b's place, taken
     cfg = _config(syncer, tmp_path)
     follower = Follower(cfg, tmp_path)
     try:
@@ -213,8 +215,9 @@ def test_a_followers_job_keeps_its_connections_between_runs_but_not_the_lease(db
     """A follower's Job reuses its two source connections from run to run, yet the consumer's
     lease ends with each run (another run of the consumer may come in between). Connections
     that died meanwhile are replaced, a run that failed leaves none behind, close() ends them."""
-    from pgcdc import consumers
-    from pgcdc.ingest import Job
+    from pgcdc.source import consumers
+    from pgcdc.sync.ingest import Job
+    from pgcdc.sync.runs import run_job
 
     db.execute("create table t (id int primary key, v text)")
     db.execute("insert into t values (1, 'a')")
@@ -224,13 +227,13 @@ def test_a_followers_job_keeps_its_connections_between_runs_but_not_the_lease(db
     def kept() -> list[int]:
         assert job.connections.kept is not None
         return [c.info.backend_pid for c in job.connections.kept]
-    job.run()
+    run_job(job)
     first = kept()
     assert db.execute("select count(*) from pg_stat_activity where pid = any(%s)", (first,)).fetchone()[0] == 2
     assert not consumers.is_running(db, "test")
     syncer.run()  # another run of the consumer between two of the follower's: the lease is free
     db.execute("update t set v = 'b' where id = 1")
-    job.run()
+    run_job(job)
     assert kept() == first
     syncer.assert_equal("public.t")
 
@@ -238,7 +241,7 @@ def test_a_followers_job_keeps_its_connections_between_runs_but_not_the_lease(db
         db.execute("select pg_terminate_backend(%s)", (pid,))
     assert _backends_gone(db, first)
     db.execute("insert into t values (2, 'c')")
-    job.run()
+    run_job(job)
     second = kept()
     assert set(second).isdisjoint(first)
     syncer.assert_equal("public.t")
@@ -246,10 +249,10 @@ def test_a_followers_job_keeps_its_connections_between_runs_but_not_the_lease(db
     with psycopg.connect(syncer.dsn, autocommit=True) as other:  # a run that fails (busy) closes them
         consumers.lock(other, "test")
         with pytest.raises(errors.BusyError):
-            job.run()
+            run_job(job)
         assert job.connections.kept is None and _backends_gone(db, second)
     db.execute("delete from t where id = 1")
-    job.run()
+    run_job(job)
     third = kept()
     syncer.assert_equal("public.t")
     job.close()

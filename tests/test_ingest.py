@@ -7,7 +7,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgcdc import capture
+from pgcdc.source import capture
 
 from fixtures.ingest import driver_writes
 
@@ -101,7 +101,7 @@ def test_rows_the_driver_cannot_write_as_spark_would_go_to_spark(db: psycopg.Con
     could round differently), a CHECK constraint on the Delta table (Delta's writer
     enforces it), and rows too large for the driver's memory (by the table's average row
     size); it writes timestamps past year 9999 (which travel as numbers, see docs/types.md)."""
-    from pgcdc import enrich
+    from pgcdc.source import enrich
     from pgcdc.errors import TargetError
 
     wrote = driver_writes(monkeypatch)
@@ -248,9 +248,9 @@ def test_copy_partitions_all_read_the_exported_snapshot(db: psycopg.Connection, 
     """The first sync reads its page ranges in one snapshot: were each range read in its own,
     an UPDATE between two reads could move a row into a range read later (copied twice) or
     into one read earlier (missed)."""
-    from pgcdc import enrich
-    from pgcdc.columns import table_columns
-    from pgcdc.db import jdbc_options
+    from pgcdc.source import enrich
+    from pgcdc.source.columns import table_columns
+    from pgcdc.source.db import jdbc_options
 
     db.execute("create table t (id int primary key, v int not null) with (fillfactor = 100)")
     db.execute("insert into t select i, 0 from generate_series(1, 5000) i")
@@ -297,7 +297,7 @@ def test_equal_keys_in_different_text_forms_merge_as_one(db: psycopg.Connection,
 def test_every_key_falls_in_exactly_one_share(db: psycopg.Connection, key_type: str) -> None:
     """The share filters (integer keys hash as one int8, others as a record) split any key set
     into disjoint shares that cover it: negative, zero and extreme keys included."""
-    from pgcdc import enrich
+    from pgcdc.source import enrich
 
     composite = key_type == "composite"
     cols = "(a int, b text, primary key (a, b))" if composite else f"(k {key_type} primary key)"
@@ -324,7 +324,7 @@ def test_column_names_delta_accepts_only_with_column_mapping_land_exactly(db: ps
     """A table whose column names hold a space, comma, '=' (...) gets Delta column mapping
     (name mode) when its Delta table is created; a column renamed so later turns it on when
     the table is copied. Both stay exact through batches (verify, independent of the sync)."""
-    from pgcdc import verify
+    from pgcdc.sync import verify
 
     db.execute('create table odd (id int primary key, "my col" text, "a,b" int, "x=y(z)" date)')
     db.execute("create table plain (id int primary key, v text)")

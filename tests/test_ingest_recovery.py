@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgcdc import capture, consumers
+from pgcdc.source import capture, consumers
 from pgcdc.errors import BusyError, TargetError
 
 from fixtures.ingest import run_with_writer_before_commit
@@ -63,7 +63,7 @@ def test_killed_after_merge_then_rerun_applies_each_change_once(db: psycopg.Conn
     # the re-run goes through spark-submit, the entry point users schedule
     venv_bin = str(Path(sys.executable).parent)
     env = os.environ | {"PATH": venv_bin + os.pathsep + os.environ["PATH"], "PYSPARK_PYTHON": sys.executable}
-    from pgcdc.submit import submit_args
+    from pgcdc.cli.submit import submit_args
 
     proc = subprocess.run([shutil.which("spark-submit", path=venv_bin), *submit_args(job="jobs/ingest.py"),
                            "--config", str(cfg)],
@@ -130,8 +130,9 @@ def test_state_file_lost_is_rebuilt_from_the_commit(db: psycopg.Connection, sync
 @pytest.mark.parametrize("route", ["local folder", "Hadoop file system"])
 def test_state_file_is_replaced_whole_and_a_damaged_one_reads_as_missing(spark, tmp_path: Path, monkeypatch,
                                                                          route: str) -> None:
-    from pgcdc import state
-    from pgcdc.state import ConsumerState, TxidSet, read_state_file, write_state_file
+    from pgcdc.lake import state
+    from pgcdc.watermark import ConsumerState, TxidSet
+    from pgcdc.lake.state import read_state_file, write_state_file
 
     if route == "Hadoop file system":  # the way to object stores, here over file://
         monkeypatch.setattr(state, "_local_file", lambda path, consumer: None)
@@ -182,7 +183,7 @@ def test_unattached_configured_table_is_refused(db: psycopg.Connection, syncer) 
 
 
 def test_cli_verify_and_status(db: psycopg.Connection, syncer, tmp_path: Path, capsys) -> None:
-    from pgcdc.cli import main
+    from pgcdc.cli.main import main
 
     db.execute("create table t (id int primary key, v text)")
     db.execute("insert into t values (1, 'a')")
@@ -254,6 +255,47 @@ def test_other_writer_committing_during_a_batch_fails_it_then_the_rerun_applies_
     assert syncer.delta("public.t").count() == 20
 
 
+def test_a_batch_whose_new_files_an_outside_vacuum_deletes_before_its_commit_fails_the_run(
+        db: psycopg.Connection, syncer, monkeypatch) -> None:
+    """VACUUM RETAIN 0 HOURS with the retention check off, run while a batch is paused before its
+    commit, deletes the batch's new files (nobody's yet): the run fails at once, naming the table
+    and the fix, instead of exiting 0 over an unreadable table; a resync repairs it."""
+    import pgcdc.faults
+    from pgcdc.lake import tablelog
+    from pgcdc.sync.ingest import Job
+    from pgcdc.sync.runs import resync_tables
+
+    db.execute("create table t (id int primary key, v text)")
+    db.execute("insert into t select i, 'x' from generate_series(1, 20) i")
+    capture.attach(db, "t")
+    syncer.run()
+    path = syncer.path("public.t")
+    db.execute("update t set v = 'y' where id < 5")
+    syncer.run()  # a batch: a new data file and a deletion vector, both there
+    version = tablelog.latest_version(syncer.spark, path)
+    assert '"deletionVector"' in Path(path, "_delta_log", f"{version:020d}.json").read_text()
+    assert tablelog.added_missing(syncer.spark, path, version) == []
+
+    def vacuum(name: str) -> None:
+        if name != "before-commit":
+            return
+        syncer.spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+        try:
+            syncer.spark.sql(f"vacuum delta.`{path}` retain 0 hours")
+        finally:
+            syncer.spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    db.execute("update t set v = 'z' where id < 3")
+    monkeypatch.setattr(pgcdc.faults, "failpoint", vacuum)
+    with pytest.raises(TargetError, match=r"data files that batch \d+ of public.t just committed are gone .*"
+                                          r"`pgcdc resync public.t`"):
+        syncer.run()
+    monkeypatch.undo()
+    with pytest.raises(TargetError, match="references data files that are gone"):  # (and so does the next run)
+        syncer.run()
+    resync_tables(Job(syncer.settings(), syncer.spark, syncer.lines.append), ["public.t"])
+    syncer.assert_equal("public.t")
+
+
 def test_deletion_vectors_turned_off_by_another_tool_go_to_the_merge_engine(db: psycopg.Connection, syncer) -> None:
     """engine auto gives the table to the merge engine, saying why; engine fast refuses it in
     one line naming the merge engine, and commits nothing."""
@@ -279,7 +321,7 @@ def test_one_tables_failure_never_holds_the_others_back(db: psycopg.Connection, 
     """A value no Delta type holds (a two-dimensional array, docs/types.md) fails its table
     only: the table after it is synced, the run exits with an error naming the table and
     column, status says so."""
-    from pgcdc.status import status_report
+    from pgcdc.sync.status import status_report
 
     db.execute("create table a_bad (id int primary key, v int[])")
     db.execute("create table b_good (id int primary key, v text)")

@@ -7,12 +7,14 @@ plain Spark read, never through pgcdc's reading code.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import psycopg
 import pytest
 
-from pgcdc import capture
+from pgcdc.source import capture
 from pgcdc.errors import TableError, TargetError
-from pgcdc.status import status_report
+from pgcdc.sync.status import status_report
 
 
 def _delta_rows(syncer, table: str, columns: str) -> list[tuple]:
@@ -102,7 +104,7 @@ def test_dropping_an_attached_table_releases_the_queue(db: psycopg.Connection, s
 def test_verify_reports_and_never_crashes(db: psycopg.Connection, syncer) -> None:
     """verify crashed on a duplicated Delta row, on bigint keys at both ends of the range, and
     after a key rename where no event trigger saw it; each is now a difference, naming the key."""
-    from pgcdc.verify import verify
+    from pgcdc.sync.verify import verify
 
     db.execute("create table t (id bigint primary key, v text)")
     db.execute("insert into t values (-9223372036854775808, 'low'), (0, 'mid'), (9223372036854775807, 'high')")
@@ -114,11 +116,48 @@ def test_verify_reports_and_never_crashes(db: psycopg.Connection, syncer) -> Non
     syncer.delta("public.t").where("id = 0").write.format("delta").mode("append").save(syncer.path("public.t"))
     [result] = verify(syncer.spark, db, str(syncer.root), tables)
     assert not result.equal and "0 (more than once in Delta)" in result.line()
+    assert (result.only_in_postgres, result.only_in_delta, result.duplicates) == (0, 0, 1), result.line()
     db.execute("alter event trigger pgcdc_ddl disable")
     db.execute("alter table t rename column id to key_id")
     [result] = verify(syncer.spark, db, str(syncer.root), tables)
     assert not result.equal and "key column id is no longer a column of public.t; run `pgcdc attach public.t`" in \
         result.line()
+    assert "resync" not in result.line()  # (the rows are equal: attaching again is all it needs)
+
+
+def test_each_verify_outcome_names_its_own_next_step(db: psycopg.Connection, syncer) -> None:
+    """What a difference means depends on why, and verify says what to do about each: changes
+    not synced yet, another writer's change, a table attached again, a table no reader can read
+    (never a stack trace)."""
+    from pgcdc.sync.verify import verify
+
+    db.execute("create table t (id int primary key, v text)")
+    db.execute("insert into t select i, 'a' from generate_series(1, 10) i")
+    capture.attach(db, "t")
+    syncer.run()
+
+    def outcome() -> str:
+        [result] = verify(syncer.spark, db, str(syncer.root), capture.list_attached(db), consumer="test")
+        assert not result.equal
+        return result.line()
+    db.execute("update t set v = 'b' where id = 1")
+    line = outcome()
+    assert "1 change(s) of public.t are not synced yet: run `pgcdc ingest`" in line and "resync" not in line, line
+    syncer.run()
+    path = syncer.path("public.t")
+    syncer.spark.sql(f"delete from delta.`{path}` where id = 2")  # another tool's write
+    line = outcome()
+    assert "1 rows only in PostgreSQL" in line and f"another writer changed {path} after pgcdc's last commit (DELETE" \
+        in line and "`pgcdc resync public.t` writes it again" in line, line
+    capture.detach(db, "t")
+    capture.attach(db, "t")
+    line = outcome()
+    assert "public.t was detached and attached again since" in line and "run `pgcdc resync public.t`" in line, line
+    for data in Path(path).glob("*.parquet"):
+        data.unlink()
+    line = outcome()
+    assert line.startswith("public.t: NOT COMPARED: ") and "references data files that are gone" in line \
+        and "run `pgcdc resync public.t`" in line, line
 
 
 def test_a_renamed_table_keeps_its_delta_table_and_a_rename_back_revives_nothing(db: psycopg.Connection,
@@ -126,7 +165,7 @@ def test_a_renamed_table_keeps_its_delta_table_and_a_rename_back_revives_nothing
     """Renamed, a table was copied into a new folder, leaving the old one stale; renamed back
     after maintenance turned the queue over, the old folder's older state was used again and
     the changes made under the other name were lost. A table is known by its table_id."""
-    from pgcdc.state import table_path
+    from pgcdc.sync.plan import table_path
 
     db.execute("create table r (id int primary key, v int)")
     db.execute("insert into r select i, 0 from generate_series(1, 40) i")
@@ -159,7 +198,8 @@ def test_attaching_again_with_another_key_never_reinterprets_pending_events(db: 
     """`attach --key code` while events queued under `id` were pending read those ids as codes,
     deleted 100 rows downstream and lost 100 updates. Now the table is attached anew: the run
     stops naming resync (status says so), and the resync is exact."""
-    from pgcdc.ingest import Job
+    from pgcdc.sync.ingest import Job
+    from pgcdc.sync.runs import resync_tables
 
     db.execute("create table t (id int primary key, code text not null unique, v int)")
     db.execute("insert into t select i, 'c' || (1000 - i), 0 from generate_series(1, 100) i")
@@ -171,7 +211,7 @@ def test_attaching_again_with_another_key_never_reinterprets_pending_events(db: 
         syncer.run()
     report, healthy = status_report(db)
     assert not healthy and "pgcdc resync public.t" in report
-    Job(syncer.settings(), syncer.spark, syncer.lines.append).resync(["public.t"])
+    resync_tables(Job(syncer.settings(), syncer.spark, syncer.lines.append), ["public.t"])
     db.execute("update t set v = 2 where id <= 10")
     syncer.run()
     pg = sorted(db.execute("select id, code, v from t").fetchall())
@@ -208,7 +248,7 @@ def test_the_retention_limit_counts_only_unapplied_events(db: psycopg.Connection
     copied its tables again."""
     import time
 
-    from pgcdc import consumers
+    from pgcdc.source import consumers
 
     db.execute("create table t (id int primary key)")
     db.execute("create table other (id int)")
@@ -231,7 +271,9 @@ def test_a_delta_table_missing_a_data_file_stops_its_sync_until_resync(db: psyco
     it commits them: the table becomes unreadable. The next ingest exited 0 and status said OK."""
     import os
 
-    from pgcdc.ingest import Job
+    from pgcdc.sync.ingest import Job
+
+    from pgcdc.sync.runs import resync_tables
 
     db.execute("create table t (id int primary key, v int)")
     db.execute("insert into t select i, 0 from generate_series(1, 100) i")
@@ -244,7 +286,7 @@ def test_a_delta_table_missing_a_data_file_stops_its_sync_until_resync(db: psyco
         syncer.run()
     report, healthy = status_report(db)
     assert not healthy and "failed" in report
-    Job(syncer.settings(), syncer.spark, syncer.lines.append).resync(["public.t"])
+    resync_tables(Job(syncer.settings(), syncer.spark, syncer.lines.append), ["public.t"])
     syncer.run()
     assert sorted(tuple(r) for r in syncer.delta("public.t").collect()) == sorted(db.execute("select id, v from t").fetchall())
 
@@ -262,12 +304,13 @@ def test_without_the_ddl_guard_column_changes_copy_the_table(db: psycopg.Connect
     fills it in without writing the rows, or rewrites them without firing triggers), and
     dropped, renamed and retyped columns leave no stale values; also with no write since. Also
     where one Job makes every run (a follower's), which keeps each table's schema between runs."""
-    from pgcdc.ingest import Job
+    from pgcdc.sync.ingest import Job
+    from pgcdc.sync.runs import run_job
 
     job = Job(syncer.settings(), syncer.spark, syncer.lines.append) if one_job else None
 
     def run() -> dict:
-        return {r.table: r for r in job.run()} if job is not None else syncer.run()
+        return {r.table: r for r in run_job(job)} if job is not None else syncer.run()
 
     db.execute("alter event trigger pgcdc_ddl disable")
     db.execute("alter event trigger pgcdc_rewrite disable")
@@ -303,7 +346,8 @@ def test_without_the_ddl_guard_column_changes_copy_the_table(db: psycopg.Connect
 
 def test_with_on_schema_change_fail_a_column_change_stops_the_table_naming_resync(
         db: psycopg.Connection, syncer) -> None:
-    from pgcdc.ingest import Job
+    from pgcdc.sync.ingest import Job
+    from pgcdc.sync.runs import resync_tables
 
     db.execute("alter event trigger pgcdc_ddl disable")
     db.execute("create table t (id int primary key, a text)")
@@ -316,13 +360,14 @@ def test_with_on_schema_change_fail_a_column_change_stops_the_table_naming_resyn
                                           r"public.t`"):
         syncer.run(on_schema_change="fail")
     assert syncer.commits("public.t") == commits
-    Job(syncer.settings(on_schema_change="fail"), syncer.spark, syncer.lines.append).resync(["t"])
+    resync_tables(Job(syncer.settings(on_schema_change="fail"), syncer.spark, syncer.lines.append), ["t"])
     pg, delta = _pg_and_delta(db, syncer, "id, a, b")
     assert delta == pg == [(1, "x", 42)]
 
 
 def test_detach_attach_needs_resync_and_resync_repairs(db: psycopg.Connection, syncer) -> None:
-    from pgcdc.ingest import Job
+    from pgcdc.sync.ingest import Job
+    from pgcdc.sync.runs import resync_tables
 
     db.execute("create table t (id int primary key, v text)")
     db.execute("insert into t values (1, 'a'), (2, 'b')")
@@ -334,8 +379,53 @@ def test_detach_attach_needs_resync_and_resync_repairs(db: psycopg.Connection, s
     with pytest.raises(TargetError, match=r"detached and attached again .* run `pgcdc resync public.t`"):
         syncer.run()
     db.execute("alter table t add column extra int default 7")
-    Job(syncer.settings(), syncer.spark, syncer.lines.append).resync(["t"])
+    resync_tables(Job(syncer.settings(), syncer.spark, syncer.lines.append), ["t"])
     syncer.assert_equal("public.t")
     db.execute("update t set v = 'after' where id = 2")
     assert syncer.run()["public.t"].events == 1
     syncer.assert_equal("public.t")
+
+
+def _cli(syncer, cfg: Path, *args: str, env: dict[str, str] | None = None):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "pgcdc", "--config", str(cfg), *args], capture_output=True, text=True,
+                          env=os.environ | (env or {}), timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine,ddl", [("merge", "alter table t rename column v to w"),
+                                        ("fast", "select pg_terminate_backend(pid) from pg_stat_activity "
+                                                 "where datname = current_database() and pid <> pg_backend_pid()")])
+def test_ddl_or_a_restart_racing_a_run_reads_as_one_line_and_the_next_run_picks_it_up(
+        db: psycopg.Connection, syncer, tmp_path: Path, engine: str, ddl: str) -> None:
+    """A column renamed after the run checked the columns, while Spark reads the batch: the same
+    run copies the table instead. Every connection of the run cut (a restart): the run fails
+    with one line naming the table and saying the next run picks it up, no Spark stack trace;
+    the next run does."""
+    import sys
+
+    db.execute("create table t (id int primary key, v text)")
+    db.execute("insert into t select i, 'a' from generate_series(1, 100) i")
+    capture.attach(db, "t")
+    cfg = tmp_path / "pgcdc.toml"
+    cfg.write_text(f'consumer = "test"\n[source]\ndsn = "{syncer.dsn}"\n[target]\nroot = "{syncer.root}"\n[ingest]\n'
+                   f'recopy_fraction = 0\nsmall_batch_keys = 1\ndriver_keys = 0\nengine = "{engine}"\n')
+    assert _cli(syncer, cfg, "ingest").returncode == 0
+    db.execute("update t set v = 'b' where id <= 50")
+    act = f"{sys.executable} -c \"import psycopg; psycopg.connect('{syncer.dsn}', autocommit=True).execute('{ddl}')\""
+    raced = _cli(syncer, cfg, "ingest", env={"PGCDC_FAILPOINT": "before-merge", "PGCDC_FAILPOINT_RUN": act})
+    said = raced.stderr
+    assert "\tat " not in said and "Traceback" not in said, said[-4000:]
+    if "rename" in ddl:
+        assert raced.returncode == 0, said[-3000:]
+        assert "public.t: its columns changed while this run read it (PostgreSQL: column" in said, said[-3000:]
+    else:
+        assert raced.returncode == 4, said[-3000:]
+        assert "PostgreSQL changed under this run (DDL on the table, a restart): nothing was half-applied, and the " \
+            "next run picks it up" in said.splitlines()[-1], said[-3000:]
+        assert _cli(syncer, cfg, "ingest").returncode == 0
+    verified = _cli(syncer, cfg, "verify")
+    assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -1,4 +1,4 @@
-"""Commits to a local table are put-if-absent across processes (pgcdc.logstore)."""
+"""Commits to a local table are put-if-absent across processes (pgcdc.spark.logstore)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from pgcdc import logstore
+from pgcdc.spark import logstore
 
 VERSIONS = 15
 
@@ -26,7 +26,7 @@ _RACER = textwrap.dedent("""
     from pathlib import Path
 
     def race(spark, log_dir, name, versions, out):
-        from pgcdc.jvm import seq
+        from pgcdc.spark.jvm import seq
         jvm = spark._jvm
         store = jvm.org.apache.spark.sql.delta.storage.DelegatingLogStore(spark._jsc.hadoopConfiguration())
         conf = spark._jsc.hadoopConfiguration()
@@ -55,7 +55,7 @@ def test_two_applications_committing_one_version_at_once_have_one_winner(spark, 
     log_dir.mkdir()
     ready = tmp_path / "ready"
     other = _RACER + textwrap.dedent(f"""
-        from pgcdc.spark import get_session
+        from pgcdc.spark.session import get_session
         spark = get_session()
         Path({str(ready)!r}).touch()
         race(spark, {str(log_dir)!r}, "other", {VERSIONS}, {str(tmp_path / "other.json")!r})
@@ -94,7 +94,7 @@ def test_log_listing_equals_hadoops_and_reads_only_the_files_asked_for(spark, tm
     sizes and times), whatever else the folder holds, and say a missing folder is missing."""
     from py4j.protocol import Py4JJavaError
 
-    from pgcdc.jvm import cls
+    from pgcdc.spark.jvm import cls
 
     log = tmp_path / "_delta_log"
     log.mkdir()

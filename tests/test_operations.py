@@ -13,8 +13,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgcdc import capture, consumers, errors
-from pgcdc.cli import main
+from pgcdc.source import capture, consumers
+from pgcdc import errors
+from pgcdc.cli.main import main
 
 
 def _config(syncer, tmp_path: Path, consumer: str = "test") -> Path:
@@ -41,8 +42,8 @@ def test_version_names_pgcdc_and_its_spark_pair(capsys: pytest.CaptureFixture[st
 
 def test_exit_codes_are_distinct_and_documented() -> None:
     codes = {"OK": errors.OK, "ATTENTION": errors.ATTENTION, "USAGE": errors.USAGE, "BUSY": errors.BUSY,
-             "FAILURE": errors.FAILURE}
-    assert len(set(codes.values())) == 5
+             "FAILURE": errors.FAILURE, "INTERRUPTED": errors.INTERRUPTED}
+    assert len(set(codes.values())) == 6
     table = Path(__file__).parents[1].joinpath("docs", "operations.md").read_text()
     for name, code in codes.items():
         assert re.search(rf"^\| {code} \| {name.lower()}", table, re.M), f"docs/operations.md lacks exit code {code}"
@@ -51,6 +52,7 @@ def test_exit_codes_are_distinct_and_documented() -> None:
     assert errors.SourceError("x", transient=True).exit_code == errors.FAILURE
     assert errors.SourceError("x").exit_code == errors.USAGE  # (a refused login: a person must fix it)
     assert errors.ConfigError("x").exit_code == errors.USAGE
+    assert errors.StoppedError("x").exit_code == errors.INTERRUPTED
 
 
 def test_server_down_is_a_failure_and_a_refused_login_a_usage_error(tmp_path: Path, pg_server) -> None:
@@ -118,6 +120,41 @@ def test_json_log_has_one_record_per_batch_and_no_spark_info(db: psycopg.Connect
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_a_one_shot_ingest_stops_between_batches_on_sigterm(db: psycopg.Connection, syncer, tmp_path: Path) -> None:
+    """What cron, systemd and Airflow send on a timeout: a one-shot `pgcdc ingest` finishes the
+    batch in flight, records its run and exits INTERRUPTED, saying so; the next run goes on and
+    Delta ends equal to PostgreSQL."""
+    import signal
+
+    db.execute("create table t (id int primary key, v text)")
+    capture.attach(db, "t")
+    cfg = _config(syncer, tmp_path)  # (two events a batch)
+    assert _pgcdc(cfg, "ingest").returncode == 0
+    for i in range(60):  # sixty transactions: thirty batches
+        db.execute("insert into t values (%s, 'x')", (i,))
+    proc = subprocess.Popen([sys.executable, "-m", "pgcdc", "--config", str(cfg), "--log-format", "json", "ingest"],
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if '"record": "batch"' in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    said = "".join(seen) + proc.stderr.read()  # (until it exits)
+    proc.wait(timeout=300)
+    assert proc.returncode == errors.INTERRUPTED, said[-3000:]
+    assert "stopped on SIGTERM after the batch in flight" in said, said[-3000:]
+    batches = [json.loads(line) for line in said.splitlines() if '"record": "batch"' in line]
+    assert 1 <= len(batches) < 30, len(batches)  # it stopped part-way
+    run = db.execute("select finished_at is not null, ok from pgcdc.consumer_run where consumer = 'test'").fetchone()
+    assert run == (True, True), run  # (recorded; the txmin it reached stays the one before)
+    assert _pgcdc(cfg, "ingest").returncode == 0
+    verified = _pgcdc(cfg, "verify")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
 def test_json_outputs_parse_and_list_every_table(db: psycopg.Connection, syncer, tmp_path: Path) -> None:
     for name in ("a", "b"):
         db.execute(f"create table {name} (id int primary key)")

@@ -28,7 +28,7 @@ def _config(tmp_path: Path, syncer) -> Path:
 
 
 def _attach_table(db) -> None:
-    from pgcdc import capture
+    from pgcdc.source import capture
 
     db.execute("create table t (id int primary key, v text)")
     db.execute("insert into t select i, 'v' || i from generate_series(1, 20) i")
@@ -55,7 +55,7 @@ def test_wheel_holds_every_module_sql_file_and_java_source(tmp_path: Path) -> No
 def test_spark_submit_runs_the_packaged_job_from_anywhere_without_the_venv_activated(db, syncer, tmp_path: Path) -> None:
     """The documented line, from a directory outside the checkout, in a shell whose PATH has no
     venv and no PYSPARK_PYTHON: `.venv/bin/spark-submit $(.venv/bin/pgcdc --config F submit-args)
-    --config F` syncs the table (the job file is the package's own pgcdc/job.py)."""
+    --config F` syncs the table (the job file is the package's own pgcdc/cli/job.py)."""
     import shlex
 
     _attach_table(db)
@@ -65,7 +65,7 @@ def test_spark_submit_runs_the_packaged_job_from_anywhere_without_the_venv_activ
     outside.mkdir()
     args = subprocess.run([str(bin_dir / "pgcdc"), "--config", str(cfg), "submit-args"], cwd=outside, env=_plain_env(),
                           capture_output=True, text=True, check=True).stdout
-    assert shlex.split(args)[-1].endswith("pgcdc/job.py")
+    assert shlex.split(args)[-1].endswith("pgcdc/cli/job.py")
     proc = subprocess.run([str(bin_dir / "spark-submit"), *shlex.split(args), "--config", str(cfg)], cwd=outside,
                           env=_plain_env(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -9,7 +9,7 @@ import time
 import psycopg
 import pytest
 
-from pgcdc import capture
+from pgcdc.source import capture
 
 
 def _txids(conn: psycopg.Connection) -> list[int]:

@@ -15,7 +15,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from pgcdc import capture, cli
+from pgcdc.source import capture
+from pgcdc.cli import main as cli
 from pgcdc.errors import TargetError
 from pgcdc.localpg import LocalPostgres, find_bindir
 

@@ -12,7 +12,7 @@ import pytest
 
 from fixtures.ingest import Syncer
 from fixtures.s3 import S3Server
-from pgcdc import capture
+from pgcdc.source import capture
 from pgcdc.errors import TargetError
 
 _prefixes = itertools.count()
@@ -99,7 +99,7 @@ def test_spark_without_the_s3a_jar_fails_in_one_line(db: psycopg.Connection, dsn
     import subprocess
     import sys
 
-    from pgcdc.submit import submit_args
+    from pgcdc.cli.submit import submit_args
 
     db.execute("create table t (id int primary key)")
     db.execute("insert into t values (1)")

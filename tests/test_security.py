@@ -18,9 +18,9 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgcdc import capture, consumers
+from pgcdc.source import capture, consumers
 from pgcdc.errors import BusyError, SchemaError, TableError
-from pgcdc.status import status_report
+from pgcdc.sync.status import status_report
 
 PASSWORD = "s3cret-Pw"
 
@@ -328,8 +328,8 @@ def test_a_reader_made_by_pgcdc_grant_runs_ingest_status_and_verify(db: psycopg.
                                                                      syncer, tmp_path) -> None:
     """The least-privilege reader: no superuser, no TRUNCATE, no DDL; the whole run works, and
     tables attached after the grant are granted by attach."""
-    from pgcdc import verify as verify_mod
-    from pgcdc.db import connect
+    from pgcdc.sync import verify as verify_mod
+    from pgcdc.source.db import connect
 
     _app_table(db, roles, "create table app.t (id int primary key, v text)")
     with _as(roles.app_dsn) as app:
@@ -355,14 +355,28 @@ def test_a_reader_made_by_pgcdc_grant_runs_ingest_status_and_verify(db: psycopg.
     assert [r.equal for r in results] == [True, True], [r.line() for r in results]
 
 
+def test_a_reader_gets_no_function_it_never_calls(db: psycopg.Connection, roles: Roles) -> None:
+    """pgcdc._slot is called by the event triggers alone (as the installer): no reader may run
+    it, also one granted by schema v5 (which did), once `pgcdc install` upgrades."""
+    def can_run(role: str) -> bool:
+        return db.execute("select has_function_privilege(%s, 'pgcdc._slot(xid8)', 'execute')", (role,)).fetchone()[0]
+
+    assert not can_run(roles.reader)
+    db.execute(sql.SQL("grant execute on function pgcdc._slot(xid8) to {}").format(sql.Identifier(roles.reader)))
+    db.execute("update pgcdc.meta set value = '5' where key = 'schema_version'")
+    assert capture.install(db) == (5, capture.SCHEMA_VERSION)
+    assert not can_run(roles.reader)
+    assert can_run(roles.app) is False
+
+
 def test_secrets_stay_out_of_output_and_of_the_jvm(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Attack 11."""
     import os
 
-    from pgcdc.db import connect
+    from pgcdc.source.db import connect
     from pgcdc.errors import ConfigError, SourceError
     from pgcdc.settings import Settings, describe, load_settings
-    from pgcdc.spark import _without_secrets
+    from pgcdc.spark.session import _without_secrets
 
     s = Settings(source={"dsn": "host=h user=u password=hunter2"}, target={"root": "/x"},
                  spark={"conf": {"spark.hadoop.fs.s3a.secret.key": "AKIAsecret", "spark.hadoop.fs.s3a.access.key": "AK",

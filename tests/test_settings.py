@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pgcdc.cli import main
+from pgcdc.cli.main import main
 from pgcdc.errors import ConfigError
 from pgcdc.settings import load_settings, masked_dsn
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from chispa import assert_df_equality
 
-from pgcdc.db import jdbc_options
+from pgcdc.source.db import jdbc_options
 
 
 def test_delta_write_merge_read(spark, tmp_path: Path) -> None:
@@ -38,9 +38,9 @@ def test_local_tables_keep_deltas_files_and_commit_rules_without_hadoop_side_fil
     import py4j.protocol
     import pytest
 
-    from pgcdc.jvm import seq
-    from pgcdc.spark import LOCAL_FILES_CONF
-    from pgcdc.submit import submit_args
+    from pgcdc.spark.jvm import seq
+    from pgcdc.spark.session import LOCAL_FILES_CONF
+    from pgcdc.cli.submit import submit_args
 
     args = submit_args()
     submitted = dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "--conf")

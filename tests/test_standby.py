@@ -7,9 +7,10 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import SecretStr
 
-from pgcdc import capture, events
-from pgcdc.ingest import Job
-from pgcdc.state import ConsumerState
+from pgcdc.source import capture, events
+from pgcdc.sync.ingest import Job
+from pgcdc.sync.runs import run_job
+from pgcdc.watermark import ConsumerState
 
 from fixtures.pg import wait_for_replay
 
@@ -22,11 +23,11 @@ def test_ingest_reads_from_a_hot_standby(db: psycopg.Connection, syncer, pg_stan
     wait_for_replay(db, standby_dsn)
     settings = syncer.settings()
     settings.source.replica_dsn = SecretStr(standby_dsn)
-    Job(settings, syncer.spark, syncer.lines.append).run()
+    run_job(Job(settings, syncer.spark, syncer.lines.append))
     db.execute("update t set v = 'b' where id <= 10")
     db.execute("delete from t where id > 15")
     wait_for_replay(db, standby_dsn)
-    reports = {r.table: r for r in Job(settings, syncer.spark, syncer.lines.append).run()}
+    reports = {r.table: r for r in run_job(Job(settings, syncer.spark, syncer.lines.append))}
     assert reports["public.t"].events == 2
     syncer.assert_equal("public.t")
     with psycopg.connect(standby_dsn) as s:
@@ -52,7 +53,7 @@ def test_reading_connections_wait_until_their_standby_replayed_the_planning_posi
         db: psycopg.Connection, pg_standby, dsn: str) -> None:
     """Rows must not be read on a standby that is behind the one a batch was planned on (several
     standbys behind a load balancer): each JDBC connection first runs this wait."""
-    from pgcdc.enrich import replayed_at_least
+    from pgcdc.source.enrich import replayed_at_least
 
     standby_dsn = pg_standby.dsn(conninfo_to_dict(dsn)["dbname"])
     db.execute("create table t (id int primary key)")
@@ -73,7 +74,7 @@ def test_reading_connections_wait_until_their_standby_replayed_the_planning_posi
 
 def test_check_tests_the_replica_and_the_target(db: psycopg.Connection, pg_standby, dsn: str, tmp_path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    from pgcdc.cli import main
+    from pgcdc.cli.main import main
 
     dbname = conninfo_to_dict(dsn)["dbname"]
     wait_for_replay(db, pg_standby.dsn(dbname))

@@ -7,8 +7,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgcdc import capture
-from pgcdc.cli import main
+from pgcdc.source import capture
+from pgcdc.cli.main import main
 
 
 def _status(syncer, tmp_path: Path, capsys, replica: str | None = None) -> tuple[int, str]:
@@ -42,11 +42,26 @@ def test_failed_run_is_attention_naming_the_error(synced, syncer, tmp_path: Path
     code, out = _status(syncer, tmp_path, capsys)
     assert code == 1 and "the last ingest of consumer test failed" in out and "pgcdc resync public.t" in out
     syncer.settings()  # a resync and a good run make it healthy again
-    from pgcdc.ingest import Job
+    from pgcdc.sync.ingest import Job
+    from pgcdc.sync.runs import resync_tables
 
-    Job(syncer.settings(), syncer.spark, syncer.lines.append).resync(["t"])
+    resync_tables(Job(syncer.settings(), syncer.spark, syncer.lines.append), ["t"])
     syncer.run()
     assert _status(syncer, tmp_path, capsys)[0] == 0
+
+
+def test_a_delta_table_whose_data_files_are_gone_is_attention_before_any_run(synced, syncer, tmp_path: Path,
+                                                                            capsys) -> None:
+    """Status reads each local table's own log: a data file deleted behind pgcdc's back (an outside
+    VACUUM with its retention check off, a person) is ATTENTION at once, naming the table and the
+    fix, not only once the next run fails on it."""
+    assert _status(syncer, tmp_path, capsys)[0] == 0
+    data = sorted(Path(syncer.path("public.t")).glob("*.parquet"))
+    assert data
+    data[0].unlink()
+    code, out = _status(syncer, tmp_path, capsys)
+    assert code == 1 and "the Delta table of public.t (consumer test), references data files that are gone" in out
+    assert f"({data[0].name}, ...)" in out and "run `pgcdc resync public.t`" in out, out
 
 
 @pytest.mark.parametrize("how", ["alter table t disable trigger pgcdc_capture_ins", "drop trigger pgcdc_capture_del on t"])

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgcdc import capture
+from pgcdc.source import capture
 
 from fixtures.ingest import driver_writes
 
@@ -270,8 +270,9 @@ def test_verify_agrees_with_the_type_table_and_sees_a_value_changed_on_the_way(d
     """verify reads both sides with code of its own (not the sync's mapping): every type
     lands equal; a Delta value moved to a plausible one (infinity as 9999-12-31, a date a
     day off, a float's last bit) is DIFFERENT, naming the row."""
-    from pgcdc import verify
-    from pgcdc.ingest import Job
+    from pgcdc.sync import verify
+    from pgcdc.sync.ingest import Job
+    from pgcdc.sync.runs import resync_tables
 
     _create(db, "t", TYPES)
     count = _fill(db, "t", TYPES, update=False)
@@ -290,13 +291,13 @@ def test_verify_agrees_with_the_type_table_and_sees_a_value_changed_on_the_way(d
         found = verify.compare(syncer.spark, db, t, syncer.path("public.t"))
         assert (found.only_in_postgres, found.only_in_delta) == (1, 1), found.line()
         assert found.examples[0].startswith(f"{row} ({column}: PostgreSQL ") and "DIFFERENT" in found.line()
-        Job(syncer.settings(), syncer.spark, syncer.lines.append).resync(["t"])
+        resync_tables(Job(syncer.settings(), syncer.spark, syncer.lines.append), ["t"])
         assert verify.compare(syncer.spark, db, t, syncer.path("public.t")).equal
 
 
 def test_verify_finds_rows_missing_extra_and_changed_under_a_composite_key(db: psycopg.Connection, syncer) -> None:
     """Keys that are not one integer are bucketed by a hash of their canonical text."""
-    from pgcdc import verify
+    from pgcdc.sync import verify
 
     db.execute("create table c (region text, n numeric, v text, primary key (region, n))")
     db.execute("insert into c select 'r' || (i % 7), i / 4.0, 'v' || i from generate_series(1, 3000) i")

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from pgcdc.target import target_path
-from pgcdc.capture import AttachedTable
-from pgcdc.columns import Column
-from pgcdc.enrich import batch_partitions, keys_fit_driver
-from pgcdc.events import Batch, Snapshot, _ranges_between_gaps
-from pgcdc.state import ConsumerState, TxidSet
+from pgcdc.lake.paths import target_path
+from pgcdc.source.capture import AttachedTable
+from pgcdc.source.columns import Column
+from pgcdc.source.enrich import batch_partitions, keys_fit_driver
+from pgcdc.source.events import Batch, Snapshot, _ranges_between_gaps
+from pgcdc.watermark import ConsumerState, TxidSet
 
 
 def test_txid_set_merges_and_encodes() -> None:
@@ -165,8 +165,8 @@ def test_driver_search_marks_exactly_the_rows_holding_the_keys(tmp_path: Path, k
 
 
 def test_compaction_is_due_once_a_table_has_enough_small_files() -> None:
-    from pgcdc.tablelog import LogState
-    from pgcdc.tableplan import SMALL_FILE, compact_reason
+    from pgcdc.lake.tablelog import LogState
+    from pgcdc.sync.plan import SMALL_FILE, compact_reason
 
     small, big = 1_000, SMALL_FILE
     listed = LogState(3, all_files={f"f{i}": small for i in range(4)} | {"big": big})
@@ -184,7 +184,7 @@ def test_a_second_signal_is_a_stop_at_once_even_where_the_interrupt_was_turned_i
     Py4JNetworkError: the follower must still stop at once (exit 130), not treat a table as failed."""
     import signal
 
-    from pgcdc.follow import Stopper
+    from pgcdc.sync.follow import Stopper
 
     stop = Stopper()
     stop._handle(signal.SIGINT, None)
@@ -201,7 +201,7 @@ def test_newest_version_of_a_local_log_follows_commits_and_a_table_made_again(tm
     the table is deleted, made again shorter or longer, or its old commits are cleaned up."""
     import shutil
 
-    from pgcdc.tablelog import latest_version
+    from pgcdc.lake.tablelog import latest_version
 
     log = tmp_path / "t" / "_delta_log"
 

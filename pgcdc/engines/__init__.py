@@ -17,20 +17,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pgcdc import tablelog
+from pgcdc.engines import fast, merge
 from pgcdc.errors import ConfigError, TargetError
+from pgcdc.lake import tablelog
 
 if TYPE_CHECKING:
     import psycopg
     from pyspark.sql import SparkSession
 
-    from pgcdc.capture import AttachedTable
-    from pgcdc.columns import Column
-    from pgcdc.enrich import BatchRead
-    from pgcdc.events import Batch
+    from pgcdc.lake.target import Written
     from pgcdc.settings import IngestSettings
-    from pgcdc.state import ConsumerState
-    from pgcdc.target import Written
+    from pgcdc.source.capture import AttachedTable
+    from pgcdc.source.columns import Column
+    from pgcdc.source.enrich import BatchRead
+    from pgcdc.source.events import Batch
+    from pgcdc.watermark import ConsumerState
 
 
 @dataclass
@@ -88,8 +89,6 @@ class Chooser:
     start-up, that the running Delta build allows the configured one."""
 
     def __init__(self, spark: "SparkSession", wanted: str) -> None:
-        from pgcdc.engines import fast
-
         self.spark, self.wanted = spark, wanted
         self.version = delta_version(spark)
         self.untested = fast.untested(self.version)
@@ -99,8 +98,6 @@ class Chooser:
 
     def choose(self, path: str) -> Choice:
         """The engine for the table at `path`, and why."""
-        from pgcdc.engines import fast, merge
-
         if self.wanted == "merge":
             return Choice(merge.ENGINE, "as configured (ingest.engine)")
         unfit = self.untested or fast.unfit(path, tablelog.read_state(self.spark, path, need_txns=False))

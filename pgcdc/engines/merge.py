@@ -18,10 +18,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pgcdc import enrich, faults, tablelog
+from pgcdc import faults
 from pgcdc.errors import ConflictError, TargetError
-from pgcdc.state import app_id
-from pgcdc.target import Written, last_commit, session_confs, spark_ident as _col, state_commit
+from pgcdc.lake import tablelog
+from pgcdc.lake.paths import spark_ident as _col
+from pgcdc.lake.state import app_id
+from pgcdc.lake.target import Written, last_commit, session_confs, state_commit
+from pgcdc.source import enrich
 
 if TYPE_CHECKING:
     from pyspark.sql import Column

@@ -29,7 +29,7 @@ begin
         format('grant insert, update on pgcdc.consumer, pgcdc.consumer_state, pgcdc.consumer_run to %s', p_role),
         format('grant execute on function pgcdc.maintain(interval), pgcdc.stats(), pgcdc.retention_horizon(), '
                'pgcdc._unfit(text, text, text, text, text), pgcdc.consumer_lock(text), pgcdc.consumer_holder(text), '
-               'pgcdc._lock_held(int, int), pgcdc._lock_space(), pgcdc._forget_dropped(), pgcdc._slot(xid8) to %s',
+               'pgcdc._lock_held(int, int), pgcdc._lock_space(), pgcdc._forget_dropped() to %s',
                p_role)];
     stmts := stmts || array(select distinct format('grant usage on schema %I to %s', n.nspname, p_role)
                               from pgcdc.attached a join pg_class c on c.oid = a.relid

@@ -14,20 +14,21 @@ It runs only where it was proven to write what Delta itself would (`untested`, `
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
-from pgcdc import enrich
-from pgcdc.jvm import in_background
-from pgcdc.state import local_folder
+from pgcdc.engines.fast import commit, driver_write, key_index
+from pgcdc.lake.paths import local_folder
+from pgcdc.source import enrich
+from pgcdc.spark.jvm import in_background
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from pgcdc.engines import BatchWork
-    from pgcdc.tablelog import LogState
-    from pgcdc.target import Written
+    from pgcdc.lake.tablelog import LogState
+    from pgcdc.lake.target import Written
 
 # The Delta builds the fast engine's internal calls were tested with (make test).
 TESTED_DELTA = ("4.0.1",)
@@ -77,8 +78,6 @@ class FastEngine:
     name = "fast"
 
     def apply(self, work: "BatchWork") -> "Written":
-        from pgcdc.engines.fast import commit, driver_write
-
         s, t, columns, batch, reader = work.settings, work.table, work.columns, work.batch, work.reader
         on_driver = batch.keys <= s.driver_keys and enrich.keys_fit_driver(t, columns) \
             and local_folder(work.path) is not None
@@ -109,8 +108,6 @@ class FastEngine:
 
     def finish(self, path: str) -> None:
         """Drop the key indexes of data files VACUUM deleted."""
-        from pgcdc.engines.fast import key_index
-
         folder = local_folder(path)
         if folder is not None:
             key_index.prune(str(folder))

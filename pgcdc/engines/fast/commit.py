@@ -20,18 +20,21 @@ from py4j.protocol import Py4JJavaError
 
 from pgcdc import faults
 from pgcdc.engines.fast import driver_marks, driver_write
-from pgcdc.engines.fast.deltalog import (files_overlapping, read_all_files, read_committed_version, renames_columns,
-                                         stored_rows)
+from pgcdc.engines.fast.deltalog import files_overlapping, read_all_files, read_committed_version, renames_columns, stored_rows
 from pgcdc.errors import ConflictError, TargetError
-from pgcdc.jvm import alongside, cls, kept, none as jvm_none, optional, pylist, scala_map, seq, some as jvm_some
-from pgcdc.state import ConsumerState, app_id
-from pgcdc.target import Written, state_commit
+from pgcdc.lake.state import app_id
+from pgcdc.lake.target import Written, state_commit
+from pgcdc.source.enrich import KEY_PREFIX, array_bounds
+from pgcdc.spark.jvm import alongside, cls, kept, optional, pylist, scala_map, seq
+from pgcdc.spark.jvm import none as jvm_none
+from pgcdc.spark.jvm import some as jvm_some
+from pgcdc.watermark import ConsumerState
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-    from pgcdc.enrich import BatchRead
+    from pgcdc.source.enrich import BatchRead
 
 _FILE, _ROW = "__pgcdc_file", "__pgcdc_row"
 T = TypeVar("T")
@@ -116,8 +119,6 @@ def _found_on_driver(spark: "SparkSession", txn: Any, files: list[Any], read: "B
     """The files that may hold `keys` (by their key range), the deletion vectors over their
     rows of `keys` (found by the driver; by a Spark join if a file is not on the local file
     system), and the number of keys."""
-    from pgcdc.enrich import array_bounds
-
     bounds = array_bounds(keys)
     if bounds is not None:
         files = files_overlapping(files, read.key_columns[0], *bounds)
@@ -187,8 +188,6 @@ def _bytes_removed(actions: list[Any]) -> int:
 def _operation(spark: "SparkSession", key_columns: list[str], bounds: tuple[int, int] | None) -> Any:
     """The MERGE operation the merge engine's DeltaTable.merge records (pgcdc/engines/merge.py),
     with the same predicates as text."""
-    from pgcdc.enrich import KEY_PREFIX
-
     clauses = [f"({k} = {KEY_PREFIX}{k})" for k in key_columns]
     if bounds is not None:
         clauses.append(f"(({key_columns[0]} >= {int(bounds[0])}) AND ({key_columns[0]} <= {int(bounds[1])}))")

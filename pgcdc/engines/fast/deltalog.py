@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from pgcdc.jvm import none, optional, seq
+from pgcdc.spark.jvm import none, optional, seq
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

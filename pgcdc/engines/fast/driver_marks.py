@@ -21,13 +21,13 @@ from __future__ import annotations
 import os
 import struct
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from pgcdc.engines.fast import key_index
-from pgcdc.jvm import cls, none, seq, some
+from pgcdc.spark.jvm import cls, none, seq, some
 
 if TYPE_CHECKING:
     import pyarrow as pa

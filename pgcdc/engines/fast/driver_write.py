@@ -21,7 +21,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from pgcdc.engines.fast import file_stats, key_index
-from pgcdc.jvm import cls
+from pgcdc.spark.jvm import cls
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -23,12 +23,12 @@ import uuid
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
-from pgcdc import state
+from pgcdc.lake import paths
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-FOLDER = os.path.join(state.FOLDER, "keys")
+FOLDER = os.path.join(paths.FOLDER, "keys")
 _SUFFIX = ".arrow"
 
 

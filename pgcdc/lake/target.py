@@ -1,0 +1,241 @@
+"""Target: where a table's Delta table lies, how it is created and checked, and the whole-table
+copy (first sync, resync) that both engines share, through public API only.
+
+A batch is applied by an engine (pgcdc/engines); a copy overwrites the table in one commit
+that carries the consumer state (Delta's txn action + commitInfo.userMetadata, set
+through the session confs of `state_commit`).
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pgcdc.errors import TargetError
+from pgcdc.lake import tablelog
+from pgcdc.lake.paths import FOLDER, spark_ident
+from pgcdc.lake.state import app_id
+from pgcdc.spark.jvm import cls
+from pgcdc.watermark import ConsumerState
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from pgcdc.settings import TargetSettings
+
+OWNER = "pgcdc.consumer"
+SOURCE = "pgcdc.source"
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+# Delta writes a checkpoint every this many commits (its default: 10). A checkpoint costs
+# a state reconstruction and a Parquet write (1-2.5 s on a small table, 2 cores), whatever
+# the batch; frequent small batches pay it ten times less often, and a reader that starts
+# cold replays up to ~110 small commit files instead of 9. Each table gets an interval of its
+# own between CHECKPOINT_INTERVAL and + CHECKPOINT_SPREAD - 1 (checkpoint_interval): tables
+# synced at the same pace then write their checkpoints in different runs, not all in one.
+CHECKPOINT_INTERVAL = 100
+CHECKPOINT_SPREAD = 13
+
+
+def checkpoint_interval(table: str) -> str:
+    """The `delta.checkpointInterval` of the Delta table of source table `table`."""
+    return str(CHECKPOINT_INTERVAL + zlib.crc32(table.encode()) % CHECKPOINT_SPREAD)
+
+
+@dataclass(frozen=True)
+class Written:
+    """What one Delta commit changed."""
+
+    version: int
+    upserted: int
+    deleted: int
+
+
+@contextmanager
+def session_confs(spark: "SparkSession", confs: dict[str, str]) -> Iterator[None]:
+    """Session confs set for one statement, then restored."""
+    before: dict[str, str | None] = {k: spark.conf.get(k, None) for k in confs}
+    for k, v in confs.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, old in before.items():
+            if old is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, old)
+
+
+@contextmanager
+def state_commit(spark: "SparkSession", state: ConsumerState) -> Iterator[None]:
+    """Session confs that put the state into the next Delta commit; always unset after."""
+    confs = {"spark.databricks.delta.write.txnAppId": app_id(state.consumer),
+             "spark.databricks.delta.write.txnVersion": str(state.batch),
+             USER_METADATA: state.to_json()}
+    for key, value in confs.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in confs:
+            spark.conf.unset(key)
+
+
+def is_delta(spark: "SparkSession", path: str) -> bool:
+    """True if `path` holds a Delta table (a committed version in its log)."""
+    return tablelog.latest_version(spark, path) >= 0
+
+
+def properties(target: "TargetSettings") -> dict[str, str]:
+    """The Delta table properties `target` asks for (docs/configuration.md, [target])."""
+    props = {"delta.enableDeletionVectors": str(target.deletion_vectors).lower()}
+    if target.change_data_feed:
+        props["delta.enableChangeDataFeed"] = "true"
+    if target.row_tracking:
+        props["delta.enableRowTracking"] = "true"
+    return props
+
+
+def create_table(spark: "SparkSession", path: str, schema: "StructType", keys: list[str], consumer: str, table: str,
+                 target: "TargetSettings") -> None:
+    """Create the empty Delta table, marked with its consumer and source table, with the
+    properties the [target] settings ask for; its columns as PostgreSQL has them (the key
+    columns NOT NULL) without the JDBC reader's field metadata.
+
+    Refuses a path that already holds files but no Delta log: they are somebody's data.
+    """
+    from delta.tables import DeltaTable
+
+    folder = cls(spark, "org.apache.hadoop.fs.Path")(path)
+    fs = folder.getFileSystem(spark._jsc.hadoopConfiguration())
+    foreign = _foreign_file(fs, folder)
+    if foreign is not None:
+        raise TargetError(f"{path} holds files but is not a Delta table (e.g. {foreign}); move them away or choose "
+                          "another target.root (pgcdc creates its tables in empty places only)")
+    log = cls(spark, "org.apache.hadoop.fs.Path")(folder, "_delta_log")
+    if fs.exists(log):  # an unfinished create's leftovers, which Delta's create trips over
+        fs.delete(log, True)
+
+    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(_table_schema(schema, keys))
+    mapping = _COLUMN_MAPPING if needs_column_mapping(schema) else {}
+    for key, value in {OWNER: consumer, SOURCE: table, "delta.checkpointInterval": checkpoint_interval(table),
+                       **properties(target), **mapping}.items():
+        builder = builder.property(key, value)
+    builder.execute()
+
+
+def _table_schema(schema: "StructType", keys: list[str]) -> "StructType":
+    """`schema` with only the key columns NOT NULL and no field metadata."""
+    from pyspark.sql.types import StructField, StructType
+
+    return StructType([StructField(f.name, f.dataType, f.name not in keys) for f in schema.fields])
+
+
+def _foreign_file(fs: Any, folder: Any) -> str | None:
+    """A file under `folder` (a Hadoop Path on file system `fs`) that is not a leftover of an
+    unfinished create, or None.
+
+    A create killed before its first commit leaves Delta's log folders (`_delta_log`,
+    `_delta_log/_staged_commits`) and maybe the commit's hidden temporary file; pgcdc's own
+    folder may hold state. Anything else is somebody's data."""
+    if not fs.exists(folder):
+        return None
+    files = fs.listFiles(folder, True)
+    root = fs.makeQualified(folder).toString().rstrip("/") + "/"
+    while files.hasNext():
+        relative = files.next().getPath().toString()[len(root):]
+        if not (relative.startswith(FOLDER + "/") or re.fullmatch(r"_delta_log/(_staged_commits/)?\.[^/]*", relative)):
+            return relative
+    return None
+
+
+def check_owner(spark: "SparkSession", path: str, consumer: str, table: str | None) -> None:
+    """Refuse a Delta table that another consumer, another source table, or nobody from pgcdc owns.
+    `table` None: the consumer's state records this place for the table (its name may have changed
+    since the Delta table was created)."""
+    props = tablelog.read_state(spark, path, need_txns=False).configuration
+    owner, source = props.get(OWNER), props.get(SOURCE)
+    if owner is None:
+        raise TargetError(f"Delta table {path} was not created by pgcdc; choose another target.root "
+                          "or move that table away")
+    if owner != consumer or (table is not None and source != table):
+        raise TargetError(f"Delta table {path} belongs to consumer {owner} (source {source}), not to consumer "
+                          f"{consumer} (source {table}); set another consumer name or target.root")
+
+
+# Characters Delta accepts in column names only with column mapping
+_NEEDS_MAPPING = re.compile(r"[ ,;{}()\n\t=]")
+
+
+def needs_column_mapping(schema: "StructType") -> bool:
+    """True if a column name holds a character Delta accepts only with column mapping
+    (DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES). Only such tables get it: with it, the
+    Parquet files name the columns otherwise, so batches cannot take the driver's paths."""
+    return any(_NEEDS_MAPPING.search(f.name) for f in schema.fields)
+
+
+_COLUMN_MAPPING = {"delta.columnMapping.mode": "name"}
+
+
+def schema_change(target: "StructType", source: "StructType") -> str | None:
+    """How the source's columns (as the sync reads them) differ from the Delta table's, or None.
+
+    Applying batches across such a change would leave rows wrong: an added column null where
+    PostgreSQL filled its default in, a dropped or retyped one stale. The table is copied
+    instead (or its sync stops, see the `on_schema_change` setting)."""
+    have = {f.name: f.dataType for f in target.fields}
+    want = {f.name: f.dataType for f in source.fields}
+    parts = []
+    if added := [n for n in want if n not in have]:
+        parts.append(f"added {', '.join(added)}")
+    if dropped := [n for n in have if n not in want]:
+        parts.append(f"dropped {', '.join(dropped)}")
+    if retyped := [f"{n} {have[n].simpleString()} -> {want[n].simpleString()}" for n in have
+                   if n in want and want[n] != have[n]]:
+        parts.append(f"retyped {', '.join(retyped)}")
+    return "; ".join(parts) or None
+
+
+def last_commit(spark: "SparkSession", path: str, state: ConsumerState) -> Written:
+    """Find the commit that carries `state` among the newest 20 (their commitInfo, read from the
+    log's commit files) and read its row counts; fail if the write was skipped."""
+    newest = tablelog.latest_version(spark, path)
+    for version in range(newest, max(-1, newest - 20), -1):
+        info = tablelog.commit_info(spark, path, version)
+        meta = ConsumerState.from_json(info["userMetadata"]) if info.get("userMetadata") else None
+        if meta and meta.run_id == state.run_id:
+            m = info.get("operationMetrics") or {}
+            upserted = int(m.get("numTargetRowsInserted", m.get("numOutputRows", 0))) + \
+                int(m.get("numTargetRowsUpdated", 0))
+            deleted = int(m.get("numTargetRowsDeleted", 0))
+            return Written(version, upserted, deleted)
+    raise TargetError(f"batch {state.batch} of consumer {state.consumer} was not committed to {path}: another "
+                      "writer already committed that batch number; is a second ingest running elsewhere?")
+
+
+def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState) -> Written:
+    """Replace the table's contents (first sync or resync) in one commit carrying the state.
+
+    With the same columns the table keeps its schema (key columns NOT NULL). With other
+    columns it takes the source's, without the JDBC reader's field metadata; Delta then
+    makes every column nullable (it cannot set NOT NULL again). A column renamed to a name
+    that needs column mapping turns it on first."""
+    from pyspark.sql import functions as F
+
+    log = tablelog.read_state(spark, path, need_txns=False)
+    writer = rows.write.format("delta").mode("overwrite")
+    if schema_change(log.schema(), rows.schema) is not None:
+        if needs_column_mapping(rows.schema) and log.configuration.get("delta.columnMapping.mode", "none") == "none":
+            props = ", ".join(f"'{k}' = '{v}'" for k, v in _COLUMN_MAPPING.items())
+            spark.sql(f"alter table delta.{spark_ident(path)} set tblproperties ({props})")
+        # (coalesce of one column: the value unchanged, the JDBC reader's field metadata gone)
+        plain = rows.select(*[F.coalesce(F.col(spark_ident(c))).alias(c) for c in rows.columns])
+        writer = plain.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+    with state_commit(spark, state):
+        writer.save(path)
+    return last_commit(spark, path, state)

@@ -1,0 +1,347 @@
+"""Enrichment: read the current rows for a batch's keys from PostgreSQL through Spark JDBC.
+
+The rows never pass through the driver but for small batches (fetch_rows): one JDBC read
+per batch, in parallel shares, each running one query that takes the batch's queue
+rows (Batch.filter_sql), unnests and decodes their keys, keeps its hash share of them
+and joins them to the table. The keys alone may come to the driver (fetch_keys).
+Each key comes with its current row (every Delta row with that key is replaced by
+it); a key without one (or whose row no longer matches the attach predicate) is a
+delete. Each column travels in the form pgcdc.source.columns gives it (docs/types.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import psycopg
+from psycopg import sql
+
+from pgcdc.source.capture import AttachedTable
+from pgcdc.source.columns import Column
+from pgcdc.source.db import reader_statements
+from pgcdc.source.events import Batch
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+
+def _ident(name: str) -> str:
+    return sql.Identifier(name).as_string(None)
+
+
+def _row_key(alias: str, keys: list[str]) -> str:
+    """SQL naming a row of `alias` by its key, for errors."""
+    refs = [f"{alias}.{_ident(k)}" for k in keys]
+    return refs[0] if len(refs) == 1 else f"row({', '.join(refs)})"
+
+
+def _select_list(columns: list[Column], alias: str, t: AttachedTable) -> str:
+    """Every column (of table alias `alias`) in its travelling form; key columns in the key form."""
+    row = _row_key(alias, t.key_columns)
+    return ", ".join(f"{c.select(alias + '.' + _ident(c.name), c.name in t.key_columns, t.name, row)} "
+                     f"as {_ident(c.name)}" for c in columns)
+
+
+def restored(frame: "DataFrame", columns: list[Column], key_columns: list[str]) -> "DataFrame":
+    """A JDBC read of this module's queries with every column in its Delta type (Column.spark)."""
+    by_name = {c.name: c for c in columns}
+    exprs = []
+    for name in frame.columns:
+        key = name.startswith(KEY_PREFIX)
+        column = by_name[name[len(KEY_PREFIX):] if key else name]
+        exprs.append(column.spark(name, key or name in key_columns))
+    return frame.selectExpr(*exprs)
+
+
+def _decode_key(t: AttachedTable, key: str) -> list[str]:
+    """SQL expressions that turn the queue's text key `key` back into typed key columns."""
+    if len(t.key_columns) == 1:
+        return [f"({key})::{t.key_types[0]}"]
+    return [f"(({key})::text[])[{i + 1}]::{typ}" for i, typ in enumerate(t.key_types)]
+
+
+KEY_PREFIX = "__pgcdc_key_"  # the batch's keys, beside the row columns (null when the row is gone)
+INTEGER_KEYS = ("smallint", "integer", "bigint")  # key_types (format_type) of integer keys
+
+
+def _batch_keys(t: AttachedTable, batch: Batch) -> str:
+    """A subquery `k` with the batch's distinct keys (typed key columns)."""
+    refs = [_ident(k) for k in t.key_columns]
+    decoded = ", ".join(f"{expr} as {ref}" for expr, ref in zip(_decode_key(t, "u.k"), refs))
+    # Sorted: the join then looks the rows up in key order, near one another in the index
+    # (and, for rows inserted in key order, in the heap): 45% less PostgreSQL time for a
+    # share of 250k keys than in the hash order of a plain DISTINCT (measured).
+    order = ", ".join(str(i + 1) for i in range(len(refs)))
+    return (f"(select distinct {decoded} from pgcdc.commit_queue q "
+            f"cross join lateral unnest(q.keys) u(k) where {batch.filter_sql('q')} order by {order}) k")
+
+
+def batch_query(t: AttachedTable, columns: list[Column], batch: Batch) -> str:
+    """The SQL reading the batch's keys (KEY_PREFIX columns, in the form the Delta table holds
+    them), each with its current row: all row columns null when the row is gone (or no
+    longer matches the attach predicate), which makes the key a delete."""
+    row = _row_key("k", t.key_columns)
+    keys = ", ".join(f"{c.select('k.' + _ident(c.name), True, t.name, row)} as {_ident(KEY_PREFIX + c.name)}"
+                     for c in columns if c.name in t.key_columns)
+    join = " and ".join(f"t.{r} = k.{r}" for r in (_ident(k) for k in t.key_columns))
+    return (f"select {keys}, {_select_list(columns, 't', t)} "
+            f"from {_batch_keys(t, batch)} left join {_source(t)} t on {join}")
+
+
+def _source(t: AttachedTable) -> str:
+    """The table as a FROM item: with a predicate, the subquery of its matching rows, so the
+    predicate's column names refer to the table alone whatever else the query joins."""
+    return f"(select * from {t.name} where ({t.predicate}))" if t.predicate else t.name
+
+
+def shares(t: AttachedTable, partitions: int) -> list[str]:
+    """One filter per JDBC partition over batch_query's key columns: every key in exactly one.
+
+    Cut by the hash of the key as the Delta table holds it (numeric keys stored as text
+    lose trailing zeros first), so equal keys queued in different text forms (1.0, 1.00),
+    which `distinct` already made one, land in one share. PostgreSQL pushes the filter
+    down to the queue scan: each partition decodes and looks up only its share."""
+    n = int(partitions)
+    refs = ", ".join(_ident(KEY_PREFIX + k) for k in t.key_columns)
+    # an integer key hashes as one int8: for 1M keys ~65 ms less a share than hash_record (measured)
+    hashed = f"hashint8({refs}::int8)" if len(t.key_columns) == 1 and t.key_types[0] in INTEGER_KEYS \
+        else f"hash_record(row({refs}))"
+    return [f"(({hashed} % {n}) + {n}) % {n} = {p}" for p in range(n)]
+
+
+@dataclass
+class BatchRead:
+    """A batch's keys with their current rows (batch_query over JDBC, in shares): the rows'
+    schema, and the keys and the live rows as DataFrames, each planned only when asked for
+    (~10 ms each). The JDBC relation itself is made on first use too (Spark opens a connection
+    to learn its columns, ~40 ms beside the batch's own reads): a small batch applied from the
+    driver needs the schema alone, which the caller knows from the run's start (`known`).
+    `check` sees the schema the relation was read with, when it is made.
+
+    Each DataFrame is read on its own, and Spark pushes its columns and filter into the
+    query: the keys read selects no row column, so PostgreSQL drops the join (the table's
+    side is unique on the key); the rows read asks for a non-null key, which makes it an
+    inner join."""
+
+    make: Callable[[], "DataFrame"]
+    key_columns: list[str]
+    known: "StructType | None" = None
+    check: Callable[["StructType"], None] = lambda schema: None
+
+    @cached_property
+    def frame(self) -> "DataFrame":
+        frame = self.make()
+        self.check(_rows_schema(frame))
+        return frame
+
+    @cached_property
+    def schema(self) -> "StructType":
+        return self.known if self.known is not None else _rows_schema(self.frame)
+
+    @cached_property
+    def keys(self) -> "DataFrame":
+        """The batch's keys, under the key columns' names."""
+        from pyspark.sql import functions as F
+
+        return self.frame.select(*[F.col(f"`{KEY_PREFIX + k}`").alias(k) for k in self.key_columns])
+
+    @cached_property
+    def rows(self) -> "DataFrame":
+        """The batch's live rows."""
+        from pyspark.sql import functions as F
+
+        return self.frame.where(F.col(f"`{self.key_columns[0]}`").isNotNull()).select(
+            *[f"`{f.name}`" for f in self.schema.fields])
+
+
+def _rows_schema(frame: "DataFrame") -> "StructType":
+    """A batch relation's schema without its key columns: the rows' columns."""
+    from pyspark.sql.types import StructType
+
+    return StructType([f for f in frame.schema.fields if not f.name.startswith(KEY_PREFIX)])
+
+
+def copy_query(t: AttachedTable, columns: list[Column], lo_page: int, hi_page: int | None) -> str:
+    """The SQL reading the table's rows in pages [lo_page, hi_page) (open-ended if None): a TID range scan."""
+    where = [f"src.ctid >= '({int(lo_page)},0)'::tid"]
+    if hi_page is not None:
+        where.append(f"src.ctid < '({int(hi_page)},0)'::tid")
+    if t.predicate:
+        where.append(f"({t.predicate})")
+    return f"select {_select_list(columns, 'src', t)} from {t.name} src where {' and '.join(where)}"
+
+
+def _props(jdbc: dict[str, str], *init: str) -> tuple[str, dict[str, str]]:
+    """The JDBC URL and the reader's properties. Each connection first sets the reading session's
+    settings (db.READER_SETTINGS; as statements, since the driver's own startup parameters would
+    win over `options`), then runs `init`."""
+    props = dict(jdbc) | {"fetchsize": "10000", "preferTimestampNTZ": "true"}
+    props["sessionInitStatement"] = "; ".join([reader_statements(), *init])
+    return props.pop("url"), props
+
+
+def _read(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column], queries: list[str],
+          snapshot: str | None = None) -> "DataFrame":
+    """Union of one single-partition JDBC read per query: each query is read by its own task,
+    with its own connection. Used for copies, whose page-range filter (ctid) has to sit
+    inside the query; a batch is read as one relation cut by `predicates` (read_batch).
+
+    With `snapshot` (from pg_export_snapshot()), every connection reads in that one snapshot.
+    """
+    init = []
+    if snapshot is not None:
+        if not re.fullmatch(r"[0-9A-F-]+", snapshot):
+            raise ValueError(f"not a snapshot id: {snapshot!r}")
+        # (no idle_in_transaction_session_timeout may end the exporting transaction's snapshot
+        # while Spark copies: the exporting session sets it off too, see ingest.copy_table)
+        init = ["BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", f"SET TRANSACTION SNAPSHOT '{snapshot}'"]
+    url, props = _props(jdbc, *init)
+    frames = [spark.read.jdbc(url, f"({q}) pgcdc_q", properties=props) for q in queries]
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other)
+    return restored(df, columns, t.key_columns)
+
+
+def key_bounds(conn: psycopg.Connection, t: AttachedTable, batch: Batch) -> tuple[int, int] | None:
+    """Lowest and highest key of the batch for a one-column integer key, else None.
+
+    Read from the queue in PostgreSQL (no Spark job); the apply step uses them so Delta can
+    skip files whose key range lies outside the batch (changes to recent rows).
+    """
+    if len(t.key_columns) != 1 or t.key_types[0] not in INTEGER_KEYS:
+        return None
+    lo, hi = conn.execute(f"select min(u.k::bigint), max(u.k::bigint) from pgcdc.commit_queue q "
+                          f"cross join lateral unnest(q.keys) u(k) where {batch.filter_sql('q')}").fetchone()
+    return None if lo is None else (int(lo), int(hi))
+
+
+def array_bounds(keys: "pa.Array") -> tuple[int, int] | None:
+    """What key_bounds gives, for keys already read into the driver (fetch_keys)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not pa.types.is_integer(keys.type) or len(keys) == 0:
+        return None
+    low, high = pc.min_max(keys).values()
+    return int(low.as_py()), int(high.as_py())
+
+
+def batch_partitions(keys: int, small_batch_keys: int, partitions: int, slots: int) -> int:
+    """How many shares to read a batch of `keys` queued keys in: one per `small_batch_keys`,
+    at least 1, at most `partitions`, and no more than Spark runs at once (`slots`). Each
+    share costs a task, a connection and a new file, and unnests and hashes every queued
+    key of the batch to find its own (for 1M keys ~0.2 s of PostgreSQL each): shares
+    beyond what runs in parallel only add that work."""
+    return max(1, min(partitions, slots, -(-keys // small_batch_keys)))
+
+
+DRIVER_KEY_TYPES = {"int2", "int4", "int8", "text", "varchar"}
+
+
+def keys_fit_driver(t: AttachedTable, columns: list[Column]) -> bool:
+    """True for a one-column key that Delta holds as integers or text (text, varchar, and
+    the types read in text form, such as uuid): the ones driver_marks matches exactly."""
+    if len(t.key_columns) != 1:
+        return False
+    key = next(c for c in columns if c.name == t.key_columns[0])
+    return not key.is_array and (key.base in DRIVER_KEY_TYPES or key.form(key=True) == "text")
+
+
+DRIVER_ROWS_BYTES = 64 * 1024 * 1024  # a batch's rows read into the driver: at most about this much (estimated)
+
+
+def fetch_keys(conn: psycopg.Connection, t: AttachedTable, columns: list[Column], batch: Batch) -> "pa.Array":
+    """The batch's distinct keys (a one-column key, in the form the Delta table holds them),
+    read into the driver as one array (driver_marks; at most `ingest.driver_keys` queued
+    keys). PostgreSQL decodes them and pyarrow drops the repeats: for 1M keys ~0.35 s,
+    where PostgreSQL's DISTINCT alone took 0.6 s (measured)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    key = next(c for c in columns if c.name == t.key_columns[0])
+    form = key.select(_decode_key(t, "u.k")[0], True, t.name, "u.k")
+    with conn.cursor(binary=True) as cur:  # one array value: no per-row work in Python
+        (values,) = cur.execute(f"select array_agg({form}) from pgcdc.commit_queue q "
+                                f"cross join lateral unnest(q.keys) u(k) where {batch.filter_sql('q')}").fetchone()
+    kind = pa.int64() if key.base in ("int2", "int4", "int8") and not key.is_array else pa.string()
+    return pc.unique(pa.array(values or [], type=kind))
+
+
+def fetch_rows(conn: psycopg.Connection, t: AttachedTable, columns: list[Column],
+               keys: "pa.Array") -> list[tuple[object, ...]] | None:
+    """The live rows (values in column order) of `keys` (from fetch_keys), read into the
+    driver (driver_write); each row once, and only rows of these keys, so the batch never
+    adds a row whose old version it did not mark deleted. None where psycopg has no Python
+    value for one: Spark reads them."""
+    key = next(c for c in columns if c.name == t.key_columns[0])
+    # the keys come back in the table's type the way the queue's keys are decoded
+    decoded = _decode_key(t, "k.k")[0]
+    def text(part: str) -> str:  # names may hold "%", which the query's one parameter makes special
+        return part.replace("%", "%%")
+    query = (text(f"select {_select_list(columns, 't', t)} from {_source(t)} t where t.{_ident(key.name)} = "
+                  f"any(array(select {decoded} from unnest(") + "%s" + text("::text[]) k(k)))"))
+    try:
+        return conn.execute(query, (keys.cast("string").to_pylist(),)).fetchall()
+    except psycopg.DataError:
+        return None
+
+
+REPLAY_WAIT_SECONDS = 60
+
+
+def replayed_at_least(lsn: str, seconds: float = REPLAY_WAIT_SECONDS) -> str:
+    """SQL a reading connection runs first: on a standby, wait until it has replayed the WAL up
+    to `lsn` (where the batch was planned), failing clearly after `seconds`. Another standby
+    behind a load balancer may be behind the one the batch was planned on; rows read there
+    could be older than the batch's events. A primary has every change: no wait."""
+    if not re.fullmatch(r"[0-9A-F]{1,8}/[0-9A-F]{1,8}", lsn):
+        raise ValueError(f"not a WAL position: {lsn!r}")
+    steps = max(1, int(seconds / 0.05))
+    return (f"DO $pgcdc$ BEGIN FOR i IN 1..{steps} LOOP "
+            f"EXIT WHEN NOT pg_catalog.pg_is_in_recovery() OR pg_catalog.pg_last_wal_replay_lsn() >= '{lsn}'; "
+            f"PERFORM pg_catalog.pg_sleep(0.05); END LOOP; "
+            f"IF pg_catalog.pg_is_in_recovery() AND pg_catalog.pg_last_wal_replay_lsn() < '{lsn}' THEN "
+            f"RAISE EXCEPTION 'pgcdc: this standby replayed only up to %, the batch was planned at {lsn}; it is "
+            f"more than {seconds:.0f} s behind: point source.replica_dsn at one standby, or fix its replication', "
+            f"pg_catalog.pg_last_wal_replay_lsn(); END IF; END $pgcdc$")
+
+
+def read_batch(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],
+               batch: Batch, partitions: int, replayed: str | None = None, known: "StructType | None" = None,
+               check: Callable[["StructType"], None] = lambda schema: None) -> BatchRead:
+    """The batch's keys with their current rows (batch_query), read in `partitions` shares;
+    `replayed`: the WAL position of the standby the batch was planned on, which every
+    reading connection must have reached (replayed_at_least). `known`, `check`: see BatchRead."""
+    url, props = _props(jdbc, *([replayed_at_least(replayed)] if replayed is not None else []))
+
+    def make() -> "DataFrame":
+        frame = spark.read.jdbc(url, f"({batch_query(t, columns, batch)}) pgcdc_q", predicates=shares(t, partitions),
+                                properties=props)
+        return restored(frame, columns, t.key_columns)
+    return BatchRead(make, list(t.key_columns), known, check)
+
+
+def read_table(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],
+               partitions: int, relpages: int, snapshot: str | None = None) -> "DataFrame":
+    """Every row of the table, read as `partitions` page (ctid) ranges.
+
+    Pass the exported `snapshot` whenever partitions > 1: an UPDATE committed between two
+    partitions' reads can move a row from a page range not read yet to one already read
+    (the row would be missed) or the other way round (it would be copied twice). In one
+    snapshot every row is read exactly once. The last range is open-ended.
+    """
+    step = max(1, -(-max(relpages, 1) // partitions))
+    return _read(spark, jdbc, t, columns, [copy_query(t, columns, p * step, (p + 1) * step if p + 1 < partitions else None)
+                                           for p in range(partitions)], snapshot)
+
+
+def schema_of(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column]) -> "StructType":
+    """The table's Spark schema as the sync reads it (to create the Delta table)."""
+    return _read(spark, jdbc, t, columns, [f"select {_select_list(columns, 'src', t)} from {t.name} src where false"]).schema

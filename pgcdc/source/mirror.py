@@ -1,0 +1,86 @@
+"""The consumer state's mirror in PostgreSQL (`pgcdc.consumer_state`): what `pgcdc status` and
+queue retention read, a copy's registration before its snapshot, and the record that a batch's
+Delta commit is about to be made (how a restore to an earlier point is noticed).
+
+The truth is the state in the Delta commit (`pgcdc.lake.state`); this is its copy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from pgcdc.watermark import ConsumerState
+
+
+def mirror_state(conn: "psycopg.Connection", state: ConsumerState, target: str, copied: bool = False) -> None:
+    """Copy the state into PostgreSQL (pgcdc.consumer_state) for status and queue retention.
+    `copied`: the state of a whole-table copy, which ends a resync the retention limit asked for."""
+    conn.execute(
+        "insert into pgcdc.consumer_state (consumer, table_id, target, watermark, out_of_order, batch, updated_at) "
+        "values (%s, %s, %s, %s::text::xid8, %s, %s, now()) on conflict (consumer, table_id) do update set "
+        "target = excluded.target, watermark = excluded.watermark, "
+        "out_of_order = excluded.out_of_order, batch = excluded.batch, updated_at = now()"
+        + (", resync_reason = null, copy_from = null" if copied else ""),
+        (state.consumer, state.table_id, target, str(state.watermark), state.out_of_order.encode(), state.batch))
+
+
+def register_table(conn: "psycopg.Connection", consumer: str, table_id: int, target: str) -> int:
+    """Before a copy takes its snapshot: make queue retention keep the table's events from the
+    primary's current xmin on (a state already there keeps its lower watermark; one marked for a
+    resync records it as copy_from); return that xmin. A snapshot taken afterwards has an xmin at
+    least as high, so every event the copy leaves to the queue is kept."""
+    xmin = int(conn.execute("select pg_snapshot_xmin(pg_current_snapshot())::text::bigint").fetchone()[0])
+    conn.execute(
+        "insert into pgcdc.consumer_state (consumer, table_id, target, watermark, batch) "
+        "values (%s, %s, %s, %s::text::xid8, 0) on conflict (consumer, table_id) do update "
+        "set watermark = least(pgcdc.consumer_state.watermark, excluded.watermark), "
+        "copy_from = case when pgcdc.consumer_state.resync_reason is not null "
+        "  then least(pgcdc.consumer_state.copy_from, excluded.watermark) end",  # (least() skips a null)
+        (consumer, table_id, target, str(xmin)))
+    return xmin
+
+
+def recorded_target(conn: "psycopg.Connection", consumer: str, table_id: int) -> str | None:
+    """The Delta table the consumer recorded for the table (its last sync's), or None."""
+    row = conn.execute("select target from pgcdc.consumer_state where consumer = %s and table_id = %s",
+                       (consumer, table_id)).fetchone()
+    return row[0] if row else None
+
+
+def target_holder(conn: "psycopg.Connection", consumer: str, path: str, table_id: int) -> str | None:
+    """The name of another table the consumer syncs into `path` (one renamed away from the name
+    that derives it), or None."""
+    row = conn.execute("select coalesce(a.table_name, a.relid::text) from pgcdc.consumer_state s "
+                       "join pgcdc.attached a using (table_id) where s.consumer = %s and s.target = %s "
+                       "and s.table_id <> %s", (consumer, path, table_id)).fetchone()
+    return row[0] if row else None
+
+
+def resync_reason(conn: "psycopg.Connection", consumer: str, table_id: int) -> str | None:
+    """Why the table must be copied again for the consumer (it fell past the retention limit), or None."""
+    row = conn.execute("select resync_reason from pgcdc.consumer_state where consumer = %s and table_id = %s",
+                       (consumer, table_id)).fetchone()
+    return row[0] if row else None
+
+
+def mark_committing(conn: "psycopg.Connection", state: ConsumerState, target: str) -> None:
+    """Record in PostgreSQL that the Delta commit of batch `state.batch` is about to be made,
+    after every row it holds was read. A database that lacks this record later was restored to
+    an earlier point (or failed over to a standby that was behind) and may lack changes Delta
+    holds."""
+    conn.execute(
+        "insert into pgcdc.consumer_state (consumer, table_id, target, watermark, batch, committing) "
+        "values (%s, %s, %s, %s::text::xid8, 0, %s) on conflict (consumer, table_id) do update "
+        "set committing = greatest(pgcdc.consumer_state.committing, excluded.committing)",
+        (state.consumer, state.table_id, target, str(state.watermark), state.batch))
+
+
+def committing_batch(conn: "psycopg.Connection", consumer: str, table_id: int) -> tuple[bool, int | None]:
+    """(whether PostgreSQL knows the consumer's table, the highest batch whose commit it recorded
+    as started: None if not recorded yet)."""
+    row = conn.execute("select committing from pgcdc.consumer_state where consumer = %s and table_id = %s",
+                       (consumer, table_id)).fetchone()
+    return (False, None) if row is None else (True, row[0])

@@ -1,0 +1,184 @@
+"""`pgcdc compact`: OPTIMIZE and VACUUM of the consumer's Delta tables, never beside an ingest.
+
+Small batches leave many small files (and deletion vectors); OPTIMIZE rewrites them into
+few, VACUUM then deletes the files no version within the retention needs. Both hold the
+consumer's lock, so they never overlap a run of the same consumer (a follower waits for it
+between runs). The retention is Delta's own check: the table's
+`delta.deletedFileRetentionDuration` (7 days unless set) or longer, so a reader of an older
+version within it keeps its files. pgcdc's own files beside the table (`_pgcdc/`, the fast
+engine's key indexes) are left alone by VACUUM; a key index whose data file went is dropped
+by the next run. Runs themselves compact a table's small files once there are many
+(`[ingest] compact_files`, with `optimize` below); VACUUM is left to this command.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pgcdc import faults
+from pgcdc.errors import BusyError, ConfigError, TargetError
+from pgcdc.lake import tablelog, target
+from pgcdc.log import fields
+from pgcdc.settings import Settings
+from pgcdc.source import capture, consumers
+from pgcdc.source.capture import select_tables
+from pgcdc.source.db import connect
+from pgcdc.spark.jvm import SideThread
+from pgcdc.spark.session import side_session
+from pgcdc.sync import plan
+from pgcdc.sync.plan import table_path
+from pgcdc.sync.report import first_line
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_log = logging.getLogger(__name__)
+_SIDE = SideThread("pgcdc-compact")  # (one for the process: each thread that calls the JVM keeps a JVM thread)
+
+LOCK_WAIT = 300.0  # seconds a compaction waits for a run of the consumer to end
+
+
+@dataclass
+class Compacted:
+    table: str
+    path: str
+    files_removed: int = 0
+    files_added: int = 0
+    vacuumed: int = 0
+
+    def line(self) -> str:
+        return (f"{self.table}: OPTIMIZE rewrote {self.files_removed} file(s) into {self.files_added}; VACUUM "
+                f"deleted {self.vacuumed} file(s) no longer needed -> {self.path}")
+
+
+def compact(settings: Settings, spark: "SparkSession", names: list[str], retain_hours: float | None = None,
+            wait: float = LOCK_WAIT) -> list[Compacted]:
+    """OPTIMIZE then VACUUM each named table (default: the consumer's), holding the consumer's lock."""
+    from delta.tables import DeltaTable
+
+    done = []
+    with connect(settings.source.dsn) as conn:
+        capture.require_schema(conn)
+        _lock(conn, settings.consumer, wait)
+        for t in select_tables(conn, names or settings.tables):
+            path, recorded = table_path(conn, settings.consumer, t.table_id, t.name, settings.target.root)
+            if not target.is_delta(spark, path):
+                _log.info("%s: not synced yet by consumer %s; nothing to compact", t.name, settings.consumer)
+                continue
+            target.check_owner(spark, path, settings.consumer, None if recorded else t.name)
+            began = time.monotonic()
+            result = Compacted(t.name, path)
+            result.files_removed, result.files_added = optimize(spark, path)
+            result.vacuumed = _vacuum(spark, DeltaTable.forPath(spark, path), path, retain_hours)
+            seconds = round(time.monotonic() - began, 3)
+            _log.info(result.line(), extra=fields(record="compact", table=t.name, path=path, seconds=seconds,
+                                                  files_removed=result.files_removed, files_added=result.files_added,
+                                                  vacuumed=result.vacuumed))
+            done.append(result)
+    return done
+
+
+class Compactor:
+    """Compacts the small files of a run's tables beside the run (`after_batches`), one
+    table at a time, so the other tables' batches go on meanwhile: on pgcdc's side thread
+    and in a session of its own (spark.side_session: the run's state confs never reach an
+    OPTIMIZE commit). The run waits for it (`wait`) before it lets the consumer's lock go,
+    so a compaction never overlaps another run's batches of the same table."""
+
+    def __init__(self, spark: "SparkSession", conf: dict[str, str]) -> None:
+        self.spark, self.conf = spark, conf
+        self.session: "SparkSession | None" = None
+        self.running: "Future[Compacted | None] | None" = None
+
+    def after_batches(self, path: str, name: str, compact_files: int) -> None:
+        """After a run applied batches to the table at `path`: compact its small files if
+        plan.compact_reason says so. One table a run, so the others' batches share the
+        machine with one OPTIMIZE at most (tables synced at the same pace come due together);
+        another waits for a later run, unless it has twice as many small files."""
+        if compact_files <= 0:
+            return
+        log = tablelog.read_state(self.spark, path, need_txns=False)
+        why = plan.compact_reason(log, compact_files)
+        if why is None:
+            return
+        if self.running is not None:  # (this run's: `wait` at the run's end clears it)
+            if plan.compact_reason(log, 2 * compact_files) is None:
+                return
+            self.running.result()
+        if self.session is None:
+            self.session = side_session(self.spark, self.conf)
+        session = self.session
+        self.running = _SIDE.submit(lambda: small_files(session, path, name, why))
+
+    def wait(self) -> "Compacted | None":
+        """Wait for the compaction in flight, if any; its result (a crash in it is raised here)."""
+        running, self.running = self.running, None
+        return None if running is None else running.result()
+
+
+def small_files(spark: "SparkSession", path: str, name: str, why: str) -> Compacted | None:
+    """Compact the table's small files (`why`: how many). A failure (another writer's commit
+    meanwhile) is logged and left to a later run: the batches are committed, so it never
+    fails the sync."""
+    began = time.monotonic()
+    try:
+        removed, added = optimize(spark, path, plan.SMALL_FILE)
+    except Exception as exc:
+        _log.warning("%s: compacting its %s failed (%s); a later run tries again", name, why, first_line(exc))
+        return None
+    faults.failpoint("after-compact")
+    seconds = round(time.monotonic() - began, 3)
+    _log.info("%s: %s: OPTIMIZE rewrote %d file(s) into %d (%.2f s)", name, why, removed, added, seconds,
+              extra=fields(record="compact", table=name, path=path, seconds=seconds, files_removed=removed,
+                           files_added=added, vacuumed=0))
+    return Compacted(name, path, removed, added)
+
+
+def optimize(spark: "SparkSession", path: str, below: int | None = None) -> tuple[int, int]:
+    """Delta's OPTIMIZE (public API) of the table at `path`: its files under `below` bytes
+    only (and any with many deleted rows), or all under Delta's own 1 GiB bound; (files
+    removed, files added)."""
+    from delta.tables import DeltaTable
+
+    confs = {} if below is None else {"spark.databricks.delta.optimize.minFileSize": str(below)}
+    with target.session_confs(spark, confs):
+        metrics = DeltaTable.forPath(spark, path).optimize().executeCompaction().collect()[0]["metrics"]
+    return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
+
+
+def _lock(conn: Any, consumer: str, wait: float) -> None:
+    """Take the consumer's lock, waiting up to `wait` seconds for a run to end (BusyError after)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            consumers.lock(conn, consumer)
+            return
+        except BusyError:
+            if time.monotonic() > deadline:
+                raise
+            _log.info("consumer %s is running an ingest; waiting for it to end", consumer)
+
+
+def _vacuum(spark: "SparkSession", table: Any, path: str, retain_hours: float | None) -> int:
+    """VACUUM with the table's retention (or `retain_hours`, which Delta refuses below it); how
+    many files it deleted (from the VACUUM END entry in the table's history)."""
+    from py4j.protocol import Py4JJavaError
+
+    try:
+        table.vacuum() if retain_hours is None else table.vacuum(retain_hours)
+    except Py4JJavaError as exc:
+        text = str(exc.java_exception)
+        if retain_hours is not None and "retention" in text.lower():  # (Delta's retentionDurationCheck)
+            raise ConfigError(f"--retain-hours {retain_hours:g} is below the retention of {path} (its "
+                              "delta.deletedFileRetentionDuration, 7 days unless set): readers of older versions "
+                              "could lose their files; use a longer retention, or lower the table property "
+                              "if no reader needs them") from None
+        raise TargetError(f"VACUUM of {path} failed: {text.splitlines()[0][:300]}") from None
+    last = table.history(1).select("operation", "operationMetrics").collect()
+    if last and last[0]["operation"] == "VACUUM END":
+        return int((last[0]["operationMetrics"] or {}).get("numDeletedFiles", 0))
+    return 0

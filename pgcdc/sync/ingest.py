@@ -1,0 +1,375 @@
+"""The ingest job for one table: batch after batch, queue -> enrichment -> apply + state.
+
+A run takes each table up to the txmin it saw when it started (plus, in out-of-order
+mode, the committed transactions above it). Runs of the same consumer exclude each other
+through a lease on the primary. What a table needs (copy, apply, pass) is decided in
+pgcdc/sync/plan.py, which engine applies a batch in pgcdc/engines; the loop over the
+tables, and the run's bookkeeping, is pgcdc/sync/runs.py, which calls `Job.sync_table`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from pgcdc import faults
+from pgcdc.engines import BatchWork, Chooser, Engine
+from pgcdc.errors import TargetError
+from pgcdc.lake import catalog, tablelog, target
+from pgcdc.lake.state import committed_batch, load_state, read_state_file, write_state_file
+from pgcdc.lake.target import Written
+from pgcdc.log import fields
+from pgcdc.settings import Settings
+from pgcdc.source import access, enrich, events
+from pgcdc.source.capture import AttachedTable
+from pgcdc.source.columns import Column, table_columns
+from pgcdc.source.events import pending
+from pgcdc.source.mirror import mark_committing, mirror_state, register_table
+from pgcdc.source.sessions import RunSource, SourceConnections, run_source
+from pgcdc.spark import storage
+from pgcdc.sync import compact
+from pgcdc.sync.plan import check_state, columns_changed, copy_reason, next_step, table_path
+from pgcdc.sync.report import UNDEFINED_COLUMN, TableReport, first_line, source_state
+from pgcdc.watermark import ConsumerState
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+_log = logging.getLogger(__name__)
+
+
+class _Behind(Exception):
+    """The reader's snapshot has not reached the registration a copy waits for (its txmin)."""
+
+
+class ColumnsChanged(Exception):
+    """A batch read found the table's columns changed since its run checked them."""
+
+
+class Job:
+    """One ingest run for one consumer."""
+
+    def __init__(self, settings: Settings, spark: "SparkSession", say: Callable[[str], None] | None = None,
+                 following: bool = False) -> None:
+        """`say`: also hand every INFO line to this (tests keep them); `following`: a follower's
+        runs, where a table's routine lines (engine, nothing to do) are DEBUG and the source
+        connections are kept from one run to the next (`close` ends them)."""
+        self.settings = settings
+        self.spark = spark
+        self.sink = say
+        self.following = following
+        self.stopping: Callable[[], bool] = lambda: False  # a stop request (a signal), seen between batches
+        self.interrupted: Callable[[], bool] = lambda: False  # a follower's stop at once (any error then is it)
+        self.table_ids: dict[str, int] = {}  # the last run's tables
+        self.schemas: dict[int, tuple[object, "StructType"]] = {}  # by table id: its columns and their Spark schema
+        self.compactor = compact.Compactor(spark, settings.spark.conf)  # small files, beside the run
+        self.connections = SourceConnections(settings.source, keep=following)  # a follower's: kept between runs
+        self.chooser = Chooser(spark, settings.ingest.engine)  # refuses an engine this Delta build cannot run
+        storage.check_root(spark, settings.target.root)  # a remote root answers (reading only) before any table
+
+    def close(self) -> None:
+        """Close the connections a follower's Job keeps between runs."""
+        self.connections.close()
+
+    def say(self, message: str, level: int = logging.INFO, **values: object) -> None:
+        """Log one line (with machine-readable `values` for the JSON format)."""
+        _log.log(level, message, extra=fields(**values))
+        if self.sink is not None and level >= logging.INFO:
+            self.sink(message)
+
+    def routine(self, message: str) -> None:
+        """A line a follower repeats every run: DEBUG there, INFO in a single run."""
+        self.say(message, logging.DEBUG if self.following else logging.INFO)
+
+    @contextmanager
+    def source(self, names: list[str], restored: bool = False) -> Iterator[RunSource]:
+        """Connections (primary, reader) with the consumer's lease held, the tables, JDBC options and
+        the database's identity (sessions.run_source)."""
+        with run_source(self.connections, self.settings.consumer, names, restored, self.say) as found:
+            yield found
+
+    def open_table(self, primary: psycopg.Connection, reader: psycopg.Connection,
+                   t: AttachedTable) -> tuple[str, bool, TableReport, list[Column]]:
+        """Where the table's Delta table lies (and whether that place was recorded for it), its
+        report, and its columns, once the reader may read it (access.check_readable)."""
+        path, recorded = table_path(primary, self.settings.consumer, t.table_id, t.name, self.settings.target.root)
+        access.check_readable(reader, t)
+        return path, recorded, TableReport(t.name, path), table_columns(reader, t.name)
+
+    def sync_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
+                   identity: str, t: AttachedTable) -> TableReport:
+        s = self.settings
+        path, recorded, report, columns = self.open_table(primary, reader, t)
+        source = self.source_schema(jdbc, t, columns)
+        if not target.is_delta(self.spark, path):  # (only ever created in an empty place)
+            target.create_table(self.spark, path, source, t.key_columns, s.consumer, t.name, s.target)
+        target.check_owner(self.spark, path, s.consumer, None if recorded else t.name)
+        if s.target.database and (name := catalog.register(self.spark, s.target.database, t.name, path)):
+            self.say(f"{t.name}: registered in the catalog as {name}")
+        gone = tablelog.missing_files(self.spark, path)
+        if gone:
+            raise TargetError(f"{path} references data files that are gone ({', '.join(gone)}, ...): it cannot be read; "
+                              "was it vacuumed with its retention check off while pgcdc wrote it? Run "
+                              f"`pgcdc resync {t.name}` to write it again")
+        choice = self.chooser.choose(path)
+        self.routine(f"{t.name}: {choice.line()}")
+        why = copy_reason(primary, self.spark, s, t, path, source)
+        if why is not None:
+            self.say(f"{t.name}: {why}: copying the table again")
+            self.copy_table(primary, reader, jdbc, identity, t, columns, path, report,
+                            committed_batch(self.spark, path, s.consumer) or 0)
+        quick = read_state_file(self.spark, path, s.consumer)
+        if quick is not None:
+            batch = self.plan(reader, quick)
+            if batch is None or batch.events == 0:
+                # Fast path for an idle table: the state file may only lag Delta after a crash
+                # between the commit and the file write, and then the lagging state still sees
+                # the committed batch's events as pending, so it is never idle.
+                check_state(primary, quick, identity, t, path)
+                return self.finish(primary, reader, self.moved(path, quick, batch), path, report, choice.engine)
+        state = load_state(self.spark, path, s.consumer)
+        if state is None:
+            state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, 0)
+        check_state(primary, state, identity, t, path)
+
+        start: events.Snapshot | None = None
+        while True:
+            with reader.transaction():
+                reader.execute("set transaction isolation level repeatable read, read only")
+                snap = events.take_snapshot(reader)
+                batch = self.plan(reader, state, snap)
+                rows, table_bytes = reader.execute("select reltuples, pg_table_size(oid) from pg_class "
+                                                   "where oid = %s::regclass", (t.name,)).fetchone()
+            start = start or snap
+            assert start is not None
+            if batch is None:
+                break
+            step = next_step(batch, rows, s.ingest.recopy_fraction)
+            if step.kind == "copy":
+                self.say(f"{t.name}: batch holds {step.why}: copying the table instead of applying the batch")
+                state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, state.batch)
+                report.events += batch.events
+                report.batches += 1
+            elif step.kind == "pass":
+                # nothing of this table below the new watermark: no Delta commit; the mirror
+                # (written below) may move ahead: the events retention then drops are not this table's
+                state = self.moved(path, state, batch)
+            else:
+                row_bytes = table_bytes / max(rows, 1)  # (reltuples is -1 before the first analyze)
+                try:
+                    state = self.apply_batch(choice.engine, primary, reader, jdbc, t, columns, batch, snap,
+                                             row_bytes, state, path, report)
+                except ColumnsChanged as changed:  # DDL since the run began; the copy covers this batch
+                    self.say(f"{t.name}: its columns changed while this run read it ({changed}): copying the "
+                             "table again")
+                    columns = table_columns(reader, t.name)
+                    state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, state.batch)
+                    report.events += batch.events
+                    report.batches += 1
+            if batch.next_txid is None or batch.next_txid >= self.horizon(start):  # (None: caught up)
+                break
+            if self.stopping():
+                break
+        if report.batches and not self.stopping():  # (each batch added files)
+            self.compactor.after_batches(path, t.name, s.ingest.compact_files)
+        return self.finish(primary, reader, state, path, report, choice.engine)
+
+    def source_schema(self, jdbc: dict[str, str], t: AttachedTable, columns: list[Column]) -> "StructType":
+        """The table's Spark schema as the sync reads it (enrich.schema_of, a JDBC connection and
+        query: ~40 ms, in every run of every table), kept for this Job's later runs (a follower's)
+        while the table's columns, read anew each run, stay what they were."""
+        key = (t.name, tuple(t.key_columns), tuple(columns))
+        kept = self.schemas.get(t.table_id)
+        if kept is None or kept[0] != key:
+            kept = self.schemas[t.table_id] = (key, enrich.schema_of(self.spark, jdbc, t, columns))
+        return kept[1]
+
+    def finish(self, primary: psycopg.Connection, reader: psycopg.Connection, state: ConsumerState, path: str,
+               report: TableReport, engine: Engine | None = None) -> TableReport:
+        """Mirror the state (also tells `pgcdc status` this run happened), let the engine tidy
+        its own files, and report."""
+        mirror_state(primary, state, path)
+        if engine is not None:
+            engine.finish(path)
+        report.watermark = state.watermark
+        report.pending_events, report.oldest_pending = pending(reader, state)
+        if report.wrote:
+            self.say(report.line(), logging.INFO, **report.fields())
+        else:
+            self.routine(report.line())
+        return report
+
+    def moved(self, path: str, state: ConsumerState, batch: events.Batch | None) -> ConsumerState:
+        """The state once a batch without events (or none) is passed, also kept in the state file,
+        so what a run prints and mirrors is what the next run starts from (it never goes down).
+        It is as true as the committed state: the table had no events in between."""
+        moved = _moved(state, batch)
+        if moved != state:
+            write_state_file(self.spark, path, moved)
+        return moved
+
+    def horizon(self, start: events.Snapshot) -> int:
+        """Where one run stops for a table while writers go on: once everything below the txmin
+        it started with is applied (strict mode), or every transaction that had begun by then
+        (out-of-order mode). Later transactions are the next run's."""
+        return start.xmax if self.settings.ingest.mode == "out_of_order" else start.txmin
+
+    def plan(self, reader: psycopg.Connection, state: ConsumerState,
+             snap: events.Snapshot | None = None) -> events.Batch | None:
+        """The next batch from `state` on, in the reader's current snapshot `snap` (or in a
+        snapshot of its own)."""
+        s = self.settings.ingest
+        if snap is None:
+            with reader.transaction():
+                reader.execute("set transaction isolation level repeatable read, read only")
+                return self.plan(reader, state, events.take_snapshot(reader))
+        return events.plan_batch(reader, snap, state, out_of_order=s.mode == "out_of_order",
+                                 max_events=s.max_events_per_batch, max_keys=s.max_keys_per_batch)
+
+    def copy_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], identity: str,
+                   t: AttachedTable, columns: list[Column], path: str, report: TableReport,
+                   last_batch: int) -> ConsumerState:
+        """Copy the whole table (first sync or resync), replacing the Delta table's contents.
+
+        All JDBC partitions read in one exported snapshot, whose txmin becomes the
+        watermark: changes the snapshot does not show are in the queue above it, which keeps
+        them from the registration on."""
+        registered = register_table(primary, self.settings.consumer, t.table_id, path)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return self._copy(primary, reader, jdbc, identity, t, columns, path, report, last_batch, registered)
+            except _Behind as behind:
+                # a standby's snapshot xmin can move back: a transaction's xid becomes known to it
+                # only with the transaction's first WAL record; wait again, then take a new snapshot
+                if time.monotonic() > deadline:
+                    raise TargetError(f"{self.settings.source.reader_role} is behind the primary (its txmin {behind.args[0]} < "
+                                      f"{registered} after 60 s); check its replication and run again") from None
+                time.sleep(0.25)
+
+    def _copy(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], identity: str,
+              t: AttachedTable, columns: list[Column], path: str, report: TableReport, last_batch: int,
+              registered: int) -> ConsumerState:
+        """copy_table's copy in one snapshot of the reader, which must have reached `registered`."""
+        self.wait_for_reader(reader, registered)
+        with reader.transaction():  # held open while Spark copies: the partitions share its snapshot
+            reader.execute("set transaction isolation level repeatable read, read only")
+            snap = events.take_snapshot(reader)
+            if snap.txmin < registered:  # a standby that has not replayed the registration yet
+                raise _Behind(snap.txmin)
+            exported = reader.execute("select pg_export_snapshot()").fetchone()[0]
+            relpages = reader.execute("select greatest(relpages, 1) from pg_class where oid = %s::regclass",
+                                      (t.name,)).fetchone()[0]
+            self.say(f"{t.name}: copying the whole table ({relpages} pages) ...")
+            rows = enrich.read_table(self.spark, jdbc, t, columns, self.settings.ingest.jdbc_partitions, relpages,
+                                     exported)
+            # the transactions at or above txmin whose changes the snapshot shows are copied too
+            applied = events.visible_at_or_above(reader, t.table_id, snap)
+            state = ConsumerState(self.settings.consumer, t.name, t.table_id, identity, snap.txmin,
+                                  batch=last_batch).next(snap.txmin, applied)
+            mark_committing(primary, state, path)  # after the snapshot the copy reads
+            faults.failpoint("before-copy-commit")
+            written = target.overwrite(self.spark, path, rows, state)
+        self.committed(primary, path, state, written, copied=True)
+        report.copied = written.upserted
+        return state
+
+    def wait_for_reader(self, reader: psycopg.Connection, txmin: int, timeout: float = 60) -> None:
+        """Wait until the reader's snapshots have reached `txmin` (a standby replays the primary
+        with a lag); fail naming the lag after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with reader.transaction():
+                now = events.take_snapshot(reader).txmin
+            if now >= txmin:
+                return
+            if time.monotonic() > deadline:
+                raise TargetError(f"{self.settings.source.reader_role} is behind the primary (its txmin {now} < {txmin} after "
+                                  f"{timeout:.0f} s); check its replication and run again")
+            time.sleep(0.25)
+
+    def resync_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
+                     identity: str, t: AttachedTable) -> TableReport:
+        """Copy one table again from scratch (runs.resync_tables goes over the tables)."""
+        s = self.settings
+        path, recorded, report, columns = self.open_table(primary, reader, t)
+        last = 0
+        if target.is_delta(self.spark, path):
+            target.check_owner(self.spark, path, s.consumer, None if recorded else t.name)
+            last = committed_batch(self.spark, path, s.consumer) or 0
+        state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, last)
+        return self.finish(primary, reader, state, path, report)
+
+    def apply_batch(self, engine: Engine, primary: psycopg.Connection, reader: psycopg.Connection,
+                    jdbc: dict[str, str], t: AttachedTable, columns: list[Column], batch: events.Batch,
+                    snap: events.Snapshot, row_bytes: float, state: ConsumerState, path: str,
+                    report: TableReport) -> ConsumerState:
+        """Apply one batch with `engine`, then copy its state next to the table and into PostgreSQL."""
+        s = self.settings.ingest
+        began = time.monotonic()
+        partitions = enrich.batch_partitions(batch.keys, s.small_batch_keys, s.jdbc_partitions,
+                                             self.spark.sparkContext.defaultParallelism)
+        new_state = batch.next_state(state)
+
+        def check(schema: "StructType") -> None:  # the JDBC relation's columns, once Spark reads it
+            changed = columns_changed(self.spark, self.settings, t, path, schema)
+            if changed is not None:
+                raise ColumnsChanged(changed)
+
+        def read() -> enrich.BatchRead:
+            # the rows' schema is the one this run checked against the Delta table (same columns)
+            rows = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions, snap.replayed,
+                                     self.source_schema(jdbc, t, columns), check)
+            faults.failpoint("before-merge")
+            return rows
+
+        try:
+            written = engine.apply(BatchWork(self.spark, path, t, columns, batch, reader, row_bytes, s, new_state,
+                                             read, lambda: mark_committing(primary, new_state, path)))
+        except Exception as exc:  # a column renamed or dropped after the run checked them: a copy covers it
+            if source_state(exc) != UNDEFINED_COLUMN:
+                raise
+            raise ColumnsChanged(first_line(exc)) from exc
+        faults.failpoint("after-merge")
+        self.committed(primary, path, new_state, written)
+        seconds = round(time.monotonic() - began, 3)
+        self.say(f"{t.name}: batch {new_state.batch} applied by {engine.name}: {batch.events} events, {batch.keys} keys, "
+                 f"{written.upserted} upserted, {written.deleted} deleted; watermark {new_state.watermark} "
+                 f"({seconds:.2f} s)", record="batch", table=t.name, batch=new_state.batch, engine=engine.name,
+                 events=batch.events, keys=batch.keys, upserted=written.upserted, deleted=written.deleted,
+                 watermark=new_state.watermark, seconds=seconds)
+        report.batches += 1
+        report.events += batch.events
+        report.upserted += written.upserted
+        report.deleted += written.deleted
+        return new_state
+
+    def committed(self, primary: psycopg.Connection, path: str, state: ConsumerState, written: Written,
+                  copied: bool = False) -> None:
+        """After a Delta commit: check that the files it added are there (an outside VACUUM with its
+        retention check off deletes a batch's files before they are committed), then copy the
+        state next to the table and into PostgreSQL."""
+        faults.failpoint("after-commit")
+        gone = tablelog.added_missing(self.spark, path, written.version)
+        if gone:
+            raise TargetError(f"{path}: data files that batch {state.batch} of {state.table} just committed are gone "
+                              f"({', '.join(gone)}, ...): something deleted them while the batch was written (a VACUUM "
+                              f"with its retention check off?); the table cannot be read until `pgcdc resync "
+                              f"{state.table}` writes it again")
+        write_state_file(self.spark, path, state)
+        faults.failpoint("after-state-file")
+        mirror_state(primary, state, path, copied)
+
+
+def _moved(state: ConsumerState, batch: events.Batch | None) -> ConsumerState:
+    """The state once a batch without events (or none) is passed: nothing to commit to Delta,
+    the same batch number; only the watermark may move up."""
+    return state if batch is None else replace(batch.next_state(state), batch=state.batch, run_id=state.run_id)
+

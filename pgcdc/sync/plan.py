@@ -1,0 +1,146 @@
+"""Deciding what a table needs, apart from doing it (pgcdc/sync/ingest.py does it): where its
+Delta table lies (`table_path`), whether its committed state can be trusted (`check_state`),
+a copy before any batch (`copy_reason`), for each planned batch: apply it, copy the table
+instead, or only move the watermark (`next_step`), and after its batches a compaction of its
+small files (`compact_reason`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from pgcdc.errors import TargetError
+from pgcdc.lake import tablelog, target
+from pgcdc.lake.paths import target_path, target_root
+from pgcdc.source.mirror import committing_batch, recorded_target, resync_reason, target_holder
+
+SMALL_FILE = 32 * 1024 * 1024  # bytes: a data file under this is small (Delta's OPTIMIZE aims at 1 GiB files)
+
+if TYPE_CHECKING:
+    import psycopg
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+    from pgcdc.lake.tablelog import LogState
+    from pgcdc.settings import Settings
+    from pgcdc.source.capture import AttachedTable
+    from pgcdc.source.events import Batch
+    from pgcdc.watermark import ConsumerState
+
+
+@dataclass(frozen=True)
+class Step:
+    """What to do with one planned batch: `apply` it, `copy` the table instead (`why`), or
+    `pass` it (no event of the table: only the watermark moves)."""
+
+    kind: Literal["apply", "copy", "pass"]
+    why: str = ""
+
+
+def next_step(batch: "Batch", rows: float, recopy_fraction: float) -> Step:
+    """The step for `batch` of a table of ~`rows` rows (pg_class.reltuples; -1 before the
+    first analyze).
+
+    A TRUNCATE has no keys, and txid order is not commit order: a transaction with a lower
+    txid may have written the table after the TRUNCATE committed. Only a copy in one
+    snapshot is right whatever the order. A batch changing at least `recopy_fraction` of
+    the table is also copied: that is faster and leaves it compact. The copy's snapshot
+    covers every event below its txmin, this batch included."""
+    if batch.events == 0:
+        return Step("pass")
+    if batch.truncate:
+        return Step("copy", "a TRUNCATE")
+    if 0 < recopy_fraction and rows > 0 and batch.keys >= recopy_fraction * rows:
+        return Step("copy", f"{batch.keys} keys, >= {recopy_fraction:.0%} of ~{rows:.0f} rows")
+    return Step("apply")
+
+
+def copy_reason(primary: "psycopg.Connection", spark: "SparkSession", settings: "Settings", t: "AttachedTable",
+                path: str, source: "StructType") -> str | None:
+    """Why the table must be copied before batches apply to it again, or None: the consumer
+    fell past the retention limit (the queue no longer keeps what it missed, see
+    consumers.py), or the table's columns (`source`, as the sync reads them) changed."""
+    reason = resync_reason(primary, settings.consumer, t.table_id)
+    if reason is not None:
+        return f"consumer {settings.consumer} fell past the retention limit ({reason})"
+    changed = columns_changed(spark, settings, t, path, source)
+    return None if changed is None else f"its columns changed ({changed})"
+
+
+def columns_changed(spark: "SparkSession", settings: "Settings", t: "AttachedTable", path: str,
+                    source: "StructType") -> str | None:
+    """How the table's columns differ from its Delta table's, or None; with
+    `on_schema_change = "fail"` a difference stops the table's sync instead."""
+    changed = target.schema_change(tablelog.read_state(spark, path, need_txns=False).schema(), source)
+    if changed is not None and settings.ingest.on_schema_change == "fail":
+        raise TargetError(f"the columns of {t.name} changed ({changed}) since {path} was written; run "
+                          f"`pgcdc resync {t.name}` to copy the table again (or set ingest.on_schema_change "
+                          f"= \"copy\" to have runs do it)")
+    return changed
+
+
+def compact_reason(log: "LogState", compact_files: int) -> str | None:
+    """Why the table's small files should be compacted now, or None: it has at least
+    `compact_files` files under SMALL_FILE. Each batch adds a file (or two); every file
+    costs each later batch a little, and past 50 files Delta stops listing them in its
+    checksum, which the fast engine and the gone-files check then have to replay. Counted
+    from the checksum (its file list, else its file count and total size); a version
+    without one is not judged."""
+    if compact_files <= 0:
+        return None
+    if log.all_files is not None:
+        small = sum(1 for size in log.all_files.values() if size < SMALL_FILE)
+    elif log.num_files and log.table_bytes is not None and log.table_bytes / log.num_files < SMALL_FILE:
+        small = log.num_files  # (files averaging under SMALL_FILE: most are small)
+    else:
+        return None
+    return f"{small} small files" if small >= compact_files else None
+
+
+def check_state(primary: "psycopg.Connection", state: "ConsumerState", identity: str, t: "AttachedTable",
+                path: str) -> None:
+    """Refuse a state that does not belong to this database as it is now (see docs/operations.md)."""
+    # states written before identities included the database hold the system identifier alone
+    current = identity if "/" in state.system_id else identity.split("/")[0]
+    if state.system_id != current:
+        raise TargetError(f"{path} was synced from another database (identity {state.system_id}, now "
+                          f"{current}): after a restore txids restart, so its watermark means nothing here: "
+                          f"run `pgcdc reset-watermark` (or `pgcdc resync {t.name}`)")
+    regressed = ("it was restored from an earlier backup (or failed over to a standby that was behind), and "
+                 "changes Delta holds may be gone from it; run `pgcdc reset-watermark` to copy the tables again "
+                 "from the database as it is now")
+    # the next txid the primary hands out: a watermark above it means the database went back in time
+    next_txid = int(primary.execute("select pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0])
+    if state.watermark > next_txid:
+        raise TargetError(f"{path} holds changes up to txid {state.watermark}, but the database is only at txid "
+                          f"{next_txid}: {regressed}")
+    if state.table_id != t.table_id:
+        raise TargetError(f"{t.name} was detached and attached again (or attached again with another key or "
+                          f"predicate) since {path} was last synced; changes in between were not captured (or "
+                          f"were queued by the old options): run `pgcdc resync {t.name}`")
+    known, committing = committing_batch(primary, state.consumer, t.table_id)
+    if not known:
+        raise TargetError(f"{path} holds batch {state.batch} of consumer {state.consumer}, but the database has "
+                          f"no record of the consumer's sync of {t.name}: the consumer was dropped (`pgcdc "
+                          f"consumers drop`), or {regressed.replace('; run', '. Either way, run', 1)}")
+    if committing is not None and committing < state.batch:
+        raise TargetError(f"{path} holds batch {state.batch} of consumer {state.consumer}, which the database "
+                          f"has no record of: {regressed}")
+
+
+def table_path(conn: "psycopg.Connection", consumer: str, table_id: int, name: str, root: str) -> tuple[str, bool]:
+    """Where the consumer syncs a table, and whether that place was recorded for it (not derived
+    from its name now). A table is known by its table_id, not its name: once synced, it keeps
+    its Delta table through renames (and renaming back finds the same one), as long as that lies
+    under `root`. A table never synced lands at <root>/<schema>.<table>, unless the consumer syncs
+    another table there (one renamed away from this name): then it is refused, naming that one."""
+    recorded = recorded_target(conn, consumer, table_id)
+    if recorded is not None and recorded.startswith(target_root(root) + "/"):
+        return recorded, True
+    path = target_path(root, name)
+    other = target_holder(conn, consumer, path, table_id)
+    if other is not None:
+        raise TargetError(f"{path} is the Delta table of {other}, which consumer {consumer} synced there under the "
+                          f"name {name} before a rename; {name} is another table now: rename one of them, or use "
+                          "another consumer or target.root for it")
+    return path, False

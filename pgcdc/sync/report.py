@@ -1,0 +1,99 @@
+"""What a run did to a table, and how a failure reads in the log and in `pgcdc status`."""
+
+from __future__ import annotations
+
+import re
+from contextlib import suppress
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+import psycopg
+
+
+@dataclass
+class TableReport:
+    """What one run did to one table."""
+
+    table: str
+    path: str
+    batches: int = 0
+    events: int = 0
+    upserted: int = 0
+    deleted: int = 0
+    copied: int | None = None  # rows of a first sync
+    watermark: int = 0
+    pending_events: int = 0
+    oldest_pending: datetime | None = None  # when the oldest event not applied yet was queued
+
+    @property
+    def wrote(self) -> bool:
+        """Whether the run wrote to the table (a batch or a copy)."""
+        return bool(self.batches) or self.copied is not None
+
+    def fields(self) -> dict[str, object]:
+        return {"record": "table"} | asdict(self)
+
+    def line(self) -> str:
+        what = f"copied {self.copied} rows, then " if self.copied is not None else ""
+        return (f"{self.table}: {what}{self.events} events in {self.batches} batches, {self.upserted} upserted, "
+                f"{self.deleted} deleted; watermark {self.watermark}; {self.pending_events} events pending "
+                f"-> {self.path}")
+
+
+def first_line(exc: BaseException) -> str:
+    """What `pgcdc status` shows of a failed run: the error's first line (for a JVM error, the
+    JVM exception's own message, not Py4J's "An error occurred while calling ..."), its type if empty."""
+    java = getattr(exc, "java_exception", None)
+    text = str(exc)
+    if java is not None:
+        with suppress(Exception):
+            text = str(java.toString())
+        # PostgreSQL's own error (a value refused by pgcdc._unfit, ...) deep inside Spark's task failure
+        source = re.search(r"PSQLException: ERROR: (.*)", str(exc))
+        if source is not None:
+            return f"PostgreSQL: {source.group(1).strip()[:500]}"
+    if isinstance(exc, psycopg.Error) and exc.diag.message_primary:
+        return f"PostgreSQL: {exc.diag.message_primary[:500]}"
+    lines = text.strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__
+
+
+# SQLSTATEs of a source that changed under a run: a column or table gone (DDL between the run's
+# check and Spark's read), the server shutting down, restarting or the connection lost
+UNDEFINED_COLUMN = "42703"
+_RACED_STATES = (UNDEFINED_COLUMN, "42P01", "57P01", "57P02", "57P03", "08")
+_RACED_TEXT = re.compile(r"PSQLException: (ERROR|FATAL): (column .* does not exist|relation .* does not exist|"
+                         r"terminating connection|the database system is (shutting down|starting up|in recovery mode))"
+                         r"|PSQLException: (Connection refused|An I/O error occurred|This connection has been closed)")
+
+
+def source_state(exc: BaseException) -> str | None:
+    """The SQLSTATE of the PostgreSQL error behind `exc` (psycopg's, or the JDBC driver's in the
+    JVM exception's causes), or None."""
+    if isinstance(exc, psycopg.Error):
+        return exc.sqlstate
+    java = getattr(exc, "java_exception", None)
+    for _ in range(20):  # (the cause chain, bounded)
+        if java is None:
+            return None
+        with suppress(Exception):
+            if str(java.getClass().getName()) == "org.postgresql.util.PSQLException":
+                return str(java.getSQLState())
+        try:
+            java = java.getCause()
+        except Exception:
+            return None
+    return None
+
+
+RACED = "; PostgreSQL changed under this run (DDL on the table, a restart): nothing was half-applied, and the next run " \
+    "picks it up"
+
+
+def raced(exc: BaseException) -> bool:
+    """Whether `exc` is PostgreSQL changing under the run (DDL on the table, a restart, a lost
+    connection): nothing is half-applied and the next run picks it up."""
+    state = source_state(exc)
+    if state is not None:
+        return state.startswith(_RACED_STATES)
+    return isinstance(exc, psycopg.OperationalError) or _RACED_TEXT.search(str(exc)) is not None

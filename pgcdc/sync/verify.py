@@ -1,0 +1,277 @@
+"""`pgcdc verify`: compare each Delta table with its PostgreSQL table, independently of the sync.
+
+Both sides are brought to one canonical text per value by code of this module's own, not
+by the sync's reading (pgcdc/columns.py): PostgreSQL's side by SQL from each value, keyed by
+its PostgreSQL type and following docs/types.md; Delta's side by Spark SQL, keyed by the
+Delta type. A mapping that changed values on the way (a date moved, an infinity turned into
+a plausible date) shows as a difference. Rows are hashed into buckets by key on both sides;
+only the buckets whose row count or hash differ are compared row by row.
+
+Exact only when nothing is written to the table meanwhile: the Delta table equals
+PostgreSQL as of its watermark, not as of now.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from psycopg import sql
+
+from pgcdc.errors import TargetError
+from pgcdc.lake import tablelog, target
+from pgcdc.lake.paths import target_path
+from pgcdc.lake.state import app_id, load_state
+from pgcdc.source import access
+from pgcdc.source.capture import AttachedTable
+from pgcdc.source.events import pending
+from pgcdc.sync import canon
+from pgcdc.sync.plan import table_path
+from pgcdc.sync.report import first_line
+
+if TYPE_CHECKING:
+    import psycopg
+    from pyspark.sql import DataFrame, SparkSession
+
+ROWS_PER_BUCKET = 1000
+MAX_BUCKETS = 65536
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Row counts on both sides and the rows only one side has (a row that differs counts on
+    both; a row Delta holds more than once counts its extra copies as `duplicates`), or why the
+    two could not be compared (`problem`); and what to do about it (`next_step`)."""
+
+    table: str
+    path: str
+    postgres_rows: int
+    delta_rows: int
+    only_in_postgres: int
+    only_in_delta: int
+    examples: list[str] = field(default_factory=list)  # keys of rows that differ
+    columns: str | None = None  # how the column sets differ, if they do
+    duplicates: int = 0
+    problem: str | None = None
+    next_step: str = ""
+
+    @property
+    def equal(self) -> bool:
+        return self.columns is None and self.problem is None and \
+            self.only_in_postgres == self.only_in_delta == self.duplicates == 0
+
+    def line(self) -> str:
+        if self.equal:
+            return f"{self.table}: Delta equals PostgreSQL ({self.delta_rows} rows)"
+        if self.problem is not None:
+            what = f"{self.table}: NOT COMPARED: {self.problem}"
+        elif self.columns is not None:
+            what = f"{self.table}: DIFFERENT: {self.columns}"
+        else:
+            what = (f"{self.table}: DIFFERENT: {self.only_in_postgres} rows only in PostgreSQL, {self.only_in_delta} "
+                    f"only in Delta, {self.duplicates} more than once in Delta ({self.postgres_rows} vs "
+                    f"{self.delta_rows} rows; keys e.g. {', '.join(self.examples)})")
+        return f"{what}; {self.next_step}" if self.next_step else what
+
+
+@dataclass(frozen=True)
+class _Buckets:
+    """How rows are grouped by key on both sides. A one-column integer key: key ranges, which
+    both sides can read alone when comparing rows (PostgreSQL by its index, Delta skipping
+    files by their statistics). Any other key: a hash of its canonical text."""
+
+    pg: str                 # SQL (over table alias s): a row's bucket
+    spark: str              # Spark SQL: the same
+    key: str | None = None  # the integer key column (ranges), else None (hash)
+    low: int = 0
+    width: int = 1
+
+    @staticmethod
+    def of(conn: "psycopg.Connection", t: AttachedTable, key_types: list[str], pg_key: str, spark_key: str,
+           rows: int) -> "_Buckets":
+        count = max(1, min(MAX_BUCKETS, rows // ROWS_PER_BUCKET))
+        if len(t.key_columns) == 1 and key_types[0] in ("int2", "int4", "int8"):
+            key = t.key_columns[0]
+            low, high = conn.execute(sql.SQL("select min({k}), max({k}) from {t}").format(
+                k=sql.Identifier(key), t=sql.SQL(t.name))).fetchone()
+            low, high = low or 0, high or 0
+            width = max(1, -(-(high - low + 1) // count))
+            ref = "`" + key.replace("`", "``") + "`"
+            # (in numeric/decimal: key - low overflows a bigint for keys at both of its ends)
+            return _Buckets(f"div(s.{sql.Identifier(key).as_string(None)}::numeric - ({low}), {width})",
+                            f"floor((cast({ref} as decimal(38,0)) - ({low})) / {width})", key, low, width)
+        return _Buckets(f"('x' || lpad(substr(md5({pg_key}), 1, 8), 16, '0'))::bit(64)::int8 % {count}",
+                        f"cast(conv(substr(md5({spark_key}), 1, 8), 16, 10) as bigint) % {count}")
+
+    def where(self, chosen: list[int], spark: bool) -> str:
+        """A filter for the rows of the `chosen` buckets (PostgreSQL over alias s, or Spark)."""
+        if self.key is None:
+            listed = ", ".join(str(b) for b in chosen)
+            return f"{self.spark} in ({listed})" if spark else f"{self.pg} in ({listed})"
+        ref = "`" + self.key.replace("`", "``") + "`" if spark else f"s.{sql.Identifier(self.key).as_string(None)}"
+        return " or ".join(f"({ref} >= ({self.low + b * self.width}) and {ref} < ({self.low + (b + 1) * self.width}))"
+                           for b in chosen)
+
+
+def compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable, path: str) -> Comparison:
+    """Compare the Delta table at `path` with PostgreSQL's table `t` (see the module docstring);
+    a table that cannot be read, or whose columns differ, is an outcome with its own next step."""
+    from py4j.protocol import Py4JJavaError
+
+    access.check_readable(conn, t)
+    again = f"run `pgcdc resync {t.name}` to write it again from PostgreSQL"
+    if not target.is_delta(spark, path):
+        return Comparison(t.name, path, 0, 0, 0, 0, problem=f"there is no Delta table at {path}",
+                          next_step="run `pgcdc ingest` (its first run copies the table)")
+    gone = tablelog.missing_files(spark, path)
+    if gone:
+        return Comparison(t.name, path, 0, 0, 0, 0, next_step=again,
+                          problem=f"{path} references data files that are gone ({', '.join(gone)}, ...): no reader can "
+                                  "read it")
+    try:
+        return _compare(spark, conn, t, path)
+    except Py4JJavaError as exc:
+        return Comparison(t.name, path, 0, 0, 0, 0, problem=f"Spark cannot read {path}: {first_line(exc)}",
+                          next_step=f"if no other reader can either, {again}")
+
+
+def _compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable, path: str) -> Comparison:
+    """compare's reading: each step reads PostgreSQL (on a thread) while Spark reads Delta."""
+    from pyspark.sql import functions as F
+
+    delta = spark.read.format("delta").load(path)
+    types = {f.name: f.dataType for f in delta.schema.fields}
+    pg_cols = canon.pg_columns(conn, t.name)
+    names = [c[0] for c in pg_cols]
+    gone = [k for k in t.key_columns if k not in names]
+    if gone:  # (a key renamed where no event trigger saw it: pgcdc.attached still has the old name)
+        return Comparison(t.name, path, 0, 0, 0, 0, columns=f"key column {', '.join(gone)} is no longer a column of "
+                                                            f"{t.name}",
+                          next_step=f"run `pgcdc attach {t.name}` again (its key was renamed where no event trigger saw "
+                                    "it), then `pgcdc ingest`; verify compares the rows after that")
+    if names != list(types):
+        return Comparison(t.name, path, 0, 0, 0, 0, columns=f"columns differ: PostgreSQL {', '.join(names)}; "
+                                                            f"Delta {', '.join(types)}",
+                          next_step=f"run `pgcdc ingest`: it copies the table with its columns as they are now (with "
+                                    f"on_schema_change = \"fail\": `pgcdc resync {t.name}`)")
+
+    def spark_ref(name: str) -> str:
+        return "`" + name.replace("`", "``") + "`"
+
+    pg_texts = {n: canon.pg_canon(f"s.{sql.Identifier(n).as_string(None)}", base, arr, prec, n in t.key_columns)
+                for n, base, arr, prec in pg_cols}
+    spark_texts = {n: canon.delta_value(spark_ref(n), types[n]) for n in names}
+    pg_key, pg_row = canon.pg_framed([pg_texts[k] for k in t.key_columns]), canon.pg_framed([pg_texts[n] for n in names])
+    sp_key, sp_row = canon.spark_framed([spark_texts[k] for k in t.key_columns]), canon.spark_framed(list(spark_texts.values()))
+    rows = conn.execute(f"select count(*) from {t.name}").fetchone()[0]
+    buckets = _Buckets.of(conn, t, [next(c[1] for c in pg_cols if c[0] == k) for k in t.key_columns],
+                          pg_key, sp_key, rows)
+    pg_hash, sp_hash = canon.row_hash("r")
+    predicate = f"({t.predicate})" if t.predicate else "true"
+
+    def pg_rows(where: str) -> str:
+        return f"select {pg_key} k, {pg_row} r, {buckets.pg} b from {t.name} s where {predicate} and ({where})"
+
+    def keyed(rows: "DataFrame") -> "DataFrame":
+        return rows.selectExpr(f"{sp_key} as k", f"{sp_row} as r", f"{buckets.spark} as b")
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pg_side: Future[dict[Any, tuple[Any, Any]]] = pool.submit(lambda: {b: (n, h) for b, n, h in conn.execute(
+            f"select b, count(*), bit_xor({pg_hash}) from ({pg_rows('true')}) x group by 1")})
+        delta_sums = {r.b: (r.n, r.h) for r in keyed(delta).groupBy("b").agg(
+            F.count("*").alias("n"), F.expr(f"bit_xor({sp_hash})").alias("h")).collect()}
+        pg_sums = pg_side.result()
+        pg_total, delta_total = sum(n for n, _ in pg_sums.values()), sum(n for n, _ in delta_sums.values())
+        differing = sorted(b for b in set(pg_sums) | set(delta_sums) if pg_sums.get(b) != delta_sums.get(b))
+        if not differing:
+            return Comparison(t.name, path, pg_total, delta_total, 0, 0)
+
+        # row by row, in the buckets that differ
+        def read_pg() -> dict[str, str]:
+            found: dict[str, str] = {}
+            for start in range(0, len(differing), 100):
+                query = pg_rows(buckets.where(differing[start:start + 100], spark=False))
+                found.update((k, r) for k, r, _ in conn.execute(query))
+            return found
+        pg_rows_side = pool.submit(read_pg)
+        in_delta: dict[str, list[str]] = {}
+        for r in keyed(delta.where(buckets.where(differing, spark=True))).select("k", "r").collect():
+            in_delta.setdefault(r.k, []).append(r.r)
+        in_pg = pg_rows_side.result()
+    only_pg = [k for k, v in in_pg.items() if v not in in_delta.get(k, [])]
+    only_delta = [k for k, vs in in_delta.items() for v in vs if v != in_pg.get(k)]
+    twice = [k for k, vs in in_delta.items() if k in in_pg for _ in range(vs.count(in_pg[k]) - 1)]
+    examples = [_example(k, names, in_pg.get(k), in_delta.get(k, [None])[0])
+                for k in sorted(set(only_pg) | set(only_delta) | set(twice))[:3]]
+    return Comparison(t.name, path, pg_total, delta_total, len(only_pg), len(only_delta), examples,
+                      duplicates=len(twice))
+
+
+def _values(framed: str) -> list[str | None]:
+    """The values _framed joined (`3:abc1:7N` -> abc, 7, None)."""
+    values: list[str | None] = []
+    rest = framed
+    while rest:
+        if rest.startswith("N"):
+            values.append(None)
+            rest = rest[1:]
+            continue
+        length, _, rest = rest.partition(":")
+        values.append(rest[:int(length)])
+        rest = rest[int(length):]
+    return values
+
+
+def _example(key: str, names: list[str], pg: str | None, delta: str | None) -> str:
+    """A differing row for people: its key and its first differing column, in canonical form."""
+    shown = "/".join("null" if v is None else v for v in _values(key))
+    if pg is None or delta is None:
+        return f"{shown} (only in {'Delta' if pg is None else 'PostgreSQL'})"
+    column = next(((n, a, b) for n, a, b in zip(names, _values(pg), _values(delta)) if a != b), None)
+    if column is None:
+        return f"{shown} (more than once in Delta)"
+    return f"{shown} ({column[0]}: PostgreSQL {str(column[1])[:40]} vs Delta {str(column[2])[:40]})"
+
+
+def verify(spark: "SparkSession", conn: "psycopg.Connection", root: str,
+           tables: list[AttachedTable], consumer: str | None = None) -> list[Comparison]:
+    """Compare each table with its Delta table: the consumer's (kept through renames,
+    plan.table_path), or <root>/<schema>.<table> when no consumer is named."""
+    results = []
+    for t in tables:
+        path = table_path(conn, consumer, t.table_id, t.name, root)[0] if consumer else target_path(root, t.name)
+        found = compare(spark, conn, t, path)
+        if not found.equal and not found.next_step:
+            found = replace(found, next_step=_rows_step(spark, conn, t, path, consumer, found))
+        results.append(found)
+    return results
+
+
+def _rows_step(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable, path: str,
+               consumer: str | None, found: Comparison) -> str:
+    """What to do about rows that differ, from what the consumer's state, the queue and the
+    table's log say of why."""
+    again = f"`pgcdc resync {t.name}` writes it again from PostgreSQL"
+    if consumer is None:
+        return f"re-run `pgcdc ingest` once writes pause and verify again; if they still differ, {again}"
+    try:
+        state = load_state(spark, path, consumer, repair=False)
+    except TargetError:
+        state = None
+    if state is None:
+        return f"consumer {consumer}'s state in {path} is missing: {again}"
+    if state.table_id != t.table_id:
+        return (f"{t.name} was detached and attached again since {path} was synced (changes in between were not "
+                f"captured): run `pgcdc resync {t.name}`")
+    others = tablelog.writes_since(spark, path, app_id(consumer))
+    if others:
+        return f"another writer changed {path} after pgcdc's last commit ({', '.join(others[:3])}): {again}"
+    if found.duplicates:
+        return f"pgcdc never writes a key twice, yet Delta holds some more than once: {again}"
+    waiting, _ = pending(conn, state)
+    if waiting:
+        return f"{waiting} change(s) of {t.name} are not synced yet: run `pgcdc ingest`, then verify again"
+    return (f"nothing of {t.name} is pending and no other writer changed {path}: rows written while verify read "
+            f"show as differences, so verify again once writes pause; if they still differ, {again} (and please "
+            "report it)")

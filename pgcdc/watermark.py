@@ -1,0 +1,99 @@
+"""A consumer's state for one table: (watermark, out_of_order), as committed with batch `batch`.
+
+Every event with txid < watermark is applied, and so are the events of the txids in
+out_of_order (all >= watermark). This is the value alone: the Delta side keeps it in the
+commit that applied it (`pgcdc.lake.state`), the PostgreSQL side mirrors it
+(`pgcdc.source.mirror`) and the queue is planned from it (`pgcdc.source.events`).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field, replace
+
+STATE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class TxidSet:
+    """A set of txids stored as sorted, disjoint, inclusive ranges: compact while a long
+    transaction holds the watermark back and many others commit above it."""
+
+    ranges: tuple[tuple[int, int], ...] = ()
+
+    @classmethod
+    def of(cls, ranges: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> "TxidSet":
+        merged: list[tuple[int, int]] = []
+        for lo, hi in sorted(ranges):
+            if merged and lo <= merged[-1][1] + 1:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+            else:
+                merged.append((lo, hi))
+        return cls(tuple(merged))
+
+    def __contains__(self, txid: int) -> bool:
+        return any(lo <= txid <= hi for lo, hi in self.ranges)
+
+    def __len__(self) -> int:
+        return sum(hi - lo + 1 for lo, hi in self.ranges)
+
+    def union(self, other: "TxidSet") -> "TxidSet":
+        return TxidSet.of(self.ranges + other.ranges)
+
+    def at_or_above(self, txid: int) -> "TxidSet":
+        """The part of the set at or above txid (what is still needed once the watermark reaches it)."""
+        return TxidSet(tuple((max(lo, txid), hi) for lo, hi in self.ranges if hi >= txid))
+
+    def encode(self) -> str:
+        return ",".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges)
+
+    @classmethod
+    def decode(cls, text: str) -> "TxidSet":
+        ranges = []
+        for part in filter(None, text.split(",")):
+            lo, _, hi = part.partition("-")
+            ranges.append((int(lo), int(hi or lo)))
+        return cls.of(ranges)
+
+
+@dataclass(frozen=True)
+class ConsumerState:
+    """The state of one consumer for one table, as committed with batch number `batch`."""
+
+    consumer: str
+    table: str
+    table_id: int
+    system_id: str
+    watermark: int
+    out_of_order: TxidSet = field(default_factory=TxidSet)
+    batch: int = 0
+    run_id: str = ""
+
+    def next(self, watermark: int, applied_above: TxidSet) -> "ConsumerState":
+        """The state after one more batch: the watermark only ever moves up."""
+        wm = max(self.watermark, watermark)
+        ooo = self.out_of_order.union(applied_above).at_or_above(wm)
+        while ooo.ranges and ooo.ranges[0][0] == wm:  # the watermark swallows a range that starts at it
+            wm = ooo.ranges[0][1] + 1
+            ooo = ooo.at_or_above(wm)
+        return replace(self, watermark=wm, out_of_order=ooo, batch=self.batch + 1, run_id=uuid.uuid4().hex)
+
+    def to_json(self) -> str:
+        return json.dumps({"pgcdc_state": STATE_FORMAT, "consumer": self.consumer, "table": self.table,
+                           "table_id": self.table_id, "system_id": self.system_id, "watermark": self.watermark,
+                           "out_of_order": self.out_of_order.encode(), "batch": self.batch, "run_id": self.run_id},
+                          sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ConsumerState | None":
+        """Parse a state; None if the text is not a pgcdc state (someone else's userMetadata)."""
+        try:
+            d = json.loads(text)
+        except (TypeError, ValueError):
+            return None
+        if not isinstance(d, dict) or d.get("pgcdc_state") != STATE_FORMAT:
+            return None
+        return cls(consumer=d["consumer"], table=d["table"], table_id=int(d["table_id"]), system_id=d["system_id"],
+                   watermark=int(d["watermark"]), out_of_order=TxidSet.decode(d["out_of_order"]),
+                   batch=int(d["batch"]), run_id=d.get("run_id", ""))

