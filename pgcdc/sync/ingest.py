@@ -66,7 +66,7 @@ class Job:
         self.sink = say
         self.following = following
         self.stopping: Callable[[], bool] = lambda: False  # a stop request (a signal), seen between batches
-        self.interrupted: Callable[[], bool] = lambda: False  # a follower's stop at once (any error then is it)
+        self.interrupted: Callable[[], bool] = lambda: False  # a stop at once, the second signal (any error then is it)
         self.table_ids: dict[str, int] = {}  # the last run's tables
         self.schemas: dict[int, tuple[object, "StructType"]] = {}  # by table id: its columns and their Spark schema
         self.compactor = compact.Compactor(spark, settings.spark.conf)  # small files, beside the run
