@@ -246,6 +246,12 @@ def commit_info(spark: "SparkSession", path: str, version: int) -> dict[str, Any
     return {}
 
 
+def _commit_actions(spark: "SparkSession", path: str, version: int) -> list[dict[str, Any]] | None:
+    """The actions of commit `version`; None if the log no longer holds it."""
+    text = _read(spark, f"{_log(path)}/{version:020d}.json")
+    return None if text is None else [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
 def writes_since(spark: "SparkSession", path: str, app_id: str, limit: int = 100) -> list[str]:
     """The commits after `app_id`'s last one that changed rows (data-changing file actions: not
     OPTIMIZE, VACUUM or a property change), newest first, as "OPERATION at version V". At most
@@ -253,11 +259,8 @@ def writes_since(spark: "SparkSession", path: str, app_id: str, limit: int = 100
     newest = latest_version(spark, path)
     found = []
     for version in range(newest, max(newest - limit, -1), -1):
-        text = _read(spark, f"{_log(path)}/{version:020d}.json")
-        if text is None:
-            break
-        actions = [json.loads(line) for line in text.splitlines() if line.strip()]
-        if any((a.get("txn") or {}).get("appId") == app_id for a in actions):
+        actions = _commit_actions(spark, path, version)
+        if actions is None or any((a.get("txn") or {}).get("appId") == app_id for a in actions):
             break
         if any(isinstance(a.get(kind), dict) and a[kind].get("dataChange", True) for a in actions
                for kind in ("add", "remove")):
@@ -279,18 +282,15 @@ def added_missing(spark: "SparkSession", path: str, version: int, limit: int = 3
     folder = _local(path)
     if folder is None:
         return []
-    gone = []
-    for line in (_read(spark, f"{_log(path)}/{version:020d}.json") or "").splitlines():
-        add = json.loads(line).get("add") if '"add"' in line else None
-        if not isinstance(add, dict):
-            continue
-        dv = add.get("deletionVector") or {}
-        files = [_data_file(folder, add["path"])] + ([_vector_file(folder, dv["pathOrInlineDv"])]
-                                                     if dv.get("storageType") == "u" else [])
-        gone += [os.path.basename(f) for f in files if not os.path.exists(f)]
-        if len(gone) >= limit:
-            break
-    return gone[:limit]
+    files = []
+    for action in _commit_actions(spark, path, version) or []:
+        add = action.get("add")
+        if isinstance(add, dict):
+            files.append(_data_file(folder, add["path"]))
+            dv = add.get("deletionVector") or {}
+            if dv.get("storageType") == "u":
+                files.append(_vector_file(folder, dv["pathOrInlineDv"]))
+    return _gone(files, limit)
 
 
 _Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
