@@ -1,3 +1,3 @@
 """Test configuration: fixtures come from the plugins below (psycopg's layout)."""
 
-pytest_plugins = ["fixtures.pg", "fixtures.s3", "fixtures.spark", "fixtures.ingest", "fixtures.cluster"]
+pytest_plugins = ["fixtures.jvm", "fixtures.pg", "fixtures.s3", "fixtures.spark", "fixtures.ingest", "fixtures.cluster"]
