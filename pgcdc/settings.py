@@ -136,7 +136,8 @@ class Settings(BaseSettings):
     target: TargetSettings
     consumer: str = Field(default="default", description="name of this consumer; its state is kept per table")
     tables: list[str] = Field(
-        default_factory=list, description="tables to sync as schema.table; empty means every attached table"
+        default_factory=list, description="tables to sync: names (schema.table) and patterns (app.*, *.orders); "
+        "empty means every attached table"
     )
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)

@@ -150,6 +150,13 @@ alter table pgcdc.attached add column if not exists table_name text;
 alter table pgcdc.consumer add column if not exists lock_key int;
 alter table pgcdc.consumer add column if not exists lock_pid int;
 
+-- Each consumer's `tables` setting (names and patterns, pgcdc.source.selection) as its last run
+-- gave it: `pgcdc status` names each table a consumer should sync and does not. '{}': every
+-- attached table; null: not known (no run since the consumer was registered).
+alter table pgcdc.consumer add column if not exists tables text[];
+-- The tables the consumer's last run failed on, each with the first line of its error.
+alter table pgcdc.consumer_run add column if not exists table_errors jsonb;
+
 -- Attached tables that were dropped (detached by pgcdc._forget): `pgcdc status` names them and
 -- the Delta tables they were synced into until `pgcdc detach NAME` (or attaching it again).
 create table if not exists pgcdc.forgotten (
@@ -164,4 +171,13 @@ create table if not exists pgcdc.forgotten (
 create table if not exists pgcdc.grantee (
     role_name text primary key,
     kind      text not null check (kind in ('reader', 'admin'))
+);
+
+-- Schemas attached whole (`pgcdc attach --schema`): a table created there later and not attached
+-- is named by `pgcdc status` and each run. `refused`: the tables attach found it could not
+-- capture (named then, with the reason), which are not named again.
+create table if not exists pgcdc.attached_schema (
+    schema_oid  oid primary key,
+    refused     oid[] not null default '{}',
+    attached_at timestamptz not null default now()
 );

@@ -15,6 +15,18 @@ begin
 end
 $slot$;
 
+-- schema v7 added pgcdc.attached_schema: readers read it (`pgcdc status`), admins keep all rights
+do $schemas$
+declare
+    g record;
+begin
+    for g in select to_regrole(role_name) as r, kind from pgcdc.grantee where to_regrole(role_name) is not null loop
+        execute format(case g.kind when 'reader' then 'grant select on pgcdc.attached_schema to %s'
+                                   else 'grant all on pgcdc.attached_schema to %s' end, g.r);
+    end loop;
+end
+$schemas$;
+
 update pgcdc.attached a set table_name = a.relid::text
  where a.table_name is null and exists (select 1 from pg_class c where c.oid = a.relid);
 

@@ -14,7 +14,7 @@ from pgcdc.errors import PgcdcError
 from pgcdc.localpg import LocalPostgres
 from pgcdc.settings import Settings
 from pgcdc.source import capture
-from pgcdc.source.capture import select_tables
+from pgcdc.source.selection import select_tables
 from pgcdc.source.db import connect
 from pgcdc.spark.session import get_session
 from pgcdc.sync.runs import run

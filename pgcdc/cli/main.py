@@ -22,10 +22,10 @@ from pgcdc.cli.spark_commands import (
     cmd_submit_args,
     cmd_verify,
 )
-from pgcdc.errors import PgcdcError, SourceError
+from pgcdc.errors import ATTENTION, ConfigError, PgcdcError, SourceError
 from pgcdc.lake.paths import check_target_root
 from pgcdc.settings import describe, masked_dsn
-from pgcdc.source import capture, consumers
+from pgcdc.source import capture, consumers, schemas
 from pgcdc.source.db import connect
 from pgcdc.sync.report import RACED, first_line, raced
 from pgcdc.sync.status import age, status_data, status_report, table_lines
@@ -99,13 +99,43 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
-    """Start capturing a table."""
+    """Start capturing a table, or every table of whole schemas (--schema)."""
+    if bool(args.table) == bool(args.schema):
+        raise ConfigError("name a table or --schema SCHEMA (not both): `pgcdc attach app.orders`, "
+                          "`pgcdc attach --schema app`")
+    if args.schema:
+        if args.key or args.where or args.shard is not None:
+            raise ConfigError("--key, --where and --shard apply to one table; attach such a table on its own")
+        return _attach_schemas(args)
     key = [c.strip() for c in args.key.split(",")] if args.key else None
     with _source(args) as conn:
         t = capture.attach(conn, args.table, key=key, predicate=args.where, shard=args.shard)
     extra = "".join([f", where {t.predicate}" if t.predicate else "", f", shard {t.shard}" if t.shard is not None else ""])
     print(f"attached {t.name} (key {', '.join(t.key_columns)}{extra}); its changes are now captured")
     print("next: run `pgcdc ingest` (its first run copies the table's existing rows)")
+    return 0
+
+
+def _attach_schemas(args: argparse.Namespace) -> int:
+    refused = attached = 0
+    with _source(args) as conn:
+        for schema in args.schema:
+            done = schemas.attach_schema(conn, schema)
+            for t in done.attached:
+                print(f"attached {t.name} (key {', '.join(t.key_columns)})")
+            for table, why in done.refused:
+                print(f"refused {table}: {why}")
+            print(f"schema {done.schema}: {len(done.attached)} table(s) attached, {len(done.already)} already "
+                  f"attached, {len(done.refused)} refused; a table created there later is named by `pgcdc status` "
+                  "until it is attached")
+            refused += len(done.refused)
+            attached += len(done.attached)
+    if attached:
+        print("next: run `pgcdc ingest` (its first run copies each new table's existing rows)")
+    if refused:
+        print(f"{refused} table(s) were refused: fix what each line says (or leave them out) and run "
+              "`pgcdc attach --schema` again")
+        return ATTENTION
     return 0
 
 
@@ -124,8 +154,17 @@ def cmd_grant(args: argparse.Namespace) -> int:
 
 
 def cmd_detach(args: argparse.Namespace) -> int:
-    """Stop capturing a table."""
+    """Stop capturing a table, or every table of whole schemas (--schema)."""
+    if bool(args.table) == bool(args.schema):
+        raise ConfigError("name a table or --schema SCHEMA (not both)")
     with _source(args) as conn:
+        if args.schema:
+            for schema in args.schema:
+                for name in schemas.detach_schema(conn, schema):
+                    print(f"detached {name}")
+                print(f"schema {schema}: its tables' changes are no longer captured and new tables there are not "
+                      "watched (their Delta tables stay as they are)")
+            return 0
         name = capture.resolve_table(conn, args.table)
         done = capture.detach(conn, args.table)
     print(f"detached {name}; its changes are no longer captured (its Delta tables stay as they are)" if done
@@ -277,8 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("install", cmd_install, "create or upgrade the pgcdc schema in the source database")
     p = add("uninstall", cmd_uninstall, "detach all tables and drop the pgcdc schema")
     p.add_argument("--yes", action="store_true", help="confirm")
-    p = add("attach", cmd_attach, "capture a table's changes")
-    p.add_argument("table", help="schema.table (quote mixed case: '\"Sales\".\"Orders\"')")
+    p = add("attach", cmd_attach, "capture a table's changes, or every table of a schema (--schema)")
+    p.add_argument("table", nargs="?", help="schema.table (quote mixed case: '\"Sales\".\"Orders\"')")
+    p.add_argument("--schema", action="append", metavar="SCHEMA",
+                   help="attach every table of the schema that can be captured, naming each one refused and why; "
+                        "repeatable (exit 1 if some were refused)")
     p.add_argument("--key", help="comma-separated unique NOT NULL key columns (default: the primary key)")
     p.add_argument("--where", help="SQL predicate on the table's columns; only matching rows are synced")
     p.add_argument("--shard", type=int, help="routing number stored with every event")
@@ -288,8 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
     kind.add_argument("--reader", action="store_true", help="ingest, status, verify: read tables and queue, "
                                                              "write consumer states; no DDL, no TRUNCATE")
     kind.add_argument("--admin", action="store_true", help="also attach, detach, consumers drop, retention")
-    p = add("detach", cmd_detach, "stop capturing a table")
-    p.add_argument("table")
+    p = add("detach", cmd_detach, "stop capturing a table, or every table of a schema (--schema)")
+    p.add_argument("table", nargs="?")
+    p.add_argument("--schema", action="append", metavar="SCHEMA", help="detach every table of the schema; repeatable")
     p = add("list", cmd_list, "list attached tables")
     p.add_argument("--json", action="store_true", help="print JSON")
     p = add("ingest", cmd_ingest, "sync attached tables into Delta once, or --follow (local Spark; `submit` for "

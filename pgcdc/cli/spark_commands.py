@@ -12,7 +12,7 @@ from pgcdc.cli.common import settings_of as _settings
 from pgcdc.cli.demo import run_demo
 from pgcdc.cli.submit import run as submit
 from pgcdc.cli.submit import submit_args
-from pgcdc.source.capture import select_tables
+from pgcdc.source.selection import select_tables
 from pgcdc.source.db import connect
 from pgcdc.spark.session import get_session
 from pgcdc.sync.compact import compact

@@ -15,7 +15,7 @@ import psycopg
 
 from pgcdc.errors import SchemaError, TableError, TargetError
 
-SCHEMA_VERSION = 6  # bump with every change to sql/; install upgrades older schemas in place
+SCHEMA_VERSION = 7  # bump with every change to sql/; install upgrades older schemas in place
 LOCK_TIMEOUT = "5s"  # how long install/attach/detach wait for a lock before they give up, naming its holder
 
 
@@ -351,17 +351,3 @@ def maintain(conn: psycopg.Connection) -> list[tuple[str, str]]:
     require_schema(conn)
     return conn.execute("select action, partition_name from pgcdc.maintain()").fetchall()
 
-
-def select_tables(conn: psycopg.Connection, names: list[str]) -> list[AttachedTable]:
-    """The attached tables to sync: the configured ones (all must be attached), else all."""
-    attached = list_attached(conn)
-    if not names:
-        return attached
-    by_name = {t.name: t for t in attached}
-    chosen = []
-    for name in names:
-        canonical = resolve_table(conn, name)
-        if canonical not in by_name:
-            raise TableError(f"table {canonical} is listed in `tables` but not attached; run `pgcdc attach {canonical}`")
-        chosen.append(by_name[canonical])
-    return chosen

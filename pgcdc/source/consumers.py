@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from pgcdc.errors import BusyError, ConfigError, TableError
 
@@ -122,14 +123,18 @@ def set_retention(conn: psycopg.Connection, max_age: str | None = None, max_size
                          (key, value))
 
 
-def record_run(primary: psycopg.Connection, consumer: str, *, started: bool = False, error: str | None = None,
+def record_run(primary: psycopg.Connection, consumer: str, *, started: list[str] | None = None,
+               error: str | None = None, failed: dict[str, str] | None = None,
                start_txmin: int | None = None) -> None:
-    """Record in PostgreSQL that a run of the consumer started, failed (`error`) or succeeded
-    (having started at `start_txmin`), for `pgcdc status`."""
-    if started:
+    """Record in PostgreSQL that a run of the consumer started (with the `tables` entries it
+    syncs, canonical), failed (`error`; `failed`: the tables it failed on, with their errors)
+    or succeeded (having started at `start_txmin`), for `pgcdc status`."""
+    if started is not None:
+        primary.execute("update pgcdc.consumer set tables = %s where name = %s", (started, consumer))
         primary.execute("insert into pgcdc.consumer_run (consumer, started_at) values (%s, now()) "
                         "on conflict (consumer) do update set started_at = now()", (consumer,))
         return
-    primary.execute("update pgcdc.consumer_run set finished_at = now(), ok = %s, error = %s, "
+    primary.execute("update pgcdc.consumer_run set finished_at = now(), ok = %s, error = %s, table_errors = %s, "
                     "start_txmin = coalesce(%s::text::xid8, start_txmin) where consumer = %s",
-                    (error is None, error, None if start_txmin is None else str(start_txmin), consumer))
+                    (error is None, error, Jsonb(failed or {}), None if start_txmin is None else str(start_txmin),
+                     consumer))

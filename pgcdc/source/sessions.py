@@ -19,7 +19,8 @@ from psycopg.pq import TransactionStatus
 
 from pgcdc.settings import SourceSettings
 from pgcdc.source import capture, consumers
-from pgcdc.source.capture import AttachedTable, select_tables
+from pgcdc.source.capture import AttachedTable
+from pgcdc.source.selection import select_tables
 from pgcdc.source.db import connect, jdbc_options
 
 Pair = tuple[psycopg.Connection, psycopg.Connection]

@@ -25,7 +25,7 @@ from pgcdc.lake import tablelog, target
 from pgcdc.log import fields
 from pgcdc.settings import Settings
 from pgcdc.source import capture, consumers
-from pgcdc.source.capture import select_tables
+from pgcdc.source.selection import select_tables
 from pgcdc.source.db import connect
 from pgcdc.spark.jvm import SideThread
 from pgcdc.spark.session import side_session

@@ -17,8 +17,8 @@ from pgcdc.errors import StoppedError
 from pgcdc.lake.paths import check_target_root
 from pgcdc.log import fields
 from pgcdc.settings import Settings
-from pgcdc.source import capture, consumers, events
-from pgcdc.source.capture import select_tables
+from pgcdc.source import capture, consumers, events, schemas
+from pgcdc.source.selection import canonical, select_tables
 from pgcdc.source.consumers import record_run
 from pgcdc.source.db import connect
 from pgcdc.spark.session import get_session
@@ -92,7 +92,9 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
             return [], {}
         with reader.transaction():
             start = events.take_snapshot(reader)
-        record_run(primary, job.settings.consumer, started=True)
+        record_run(primary, job.settings.consumer, started=canonical(primary, job.settings.tables))
+        for line in schemas.uncaptured_problems(primary):
+            job.say(line, logging.WARNING)
         reports: list[TableReport] = []
         failed: dict[str, Exception] = {}
         try:
@@ -124,7 +126,9 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
             summary = "; ".join([f"{name}: {first_line(exc)}" for name, exc in failed.items()]
                                 + [f"{name}: held back after failures" for name in held])
             record_run(primary, job.settings.consumer,
-                       error=f"{len(failed) + len(held)} of {len(tables)} table(s) failed: {summary}")
+                       error=f"{len(failed) + len(held)} of {len(tables)} table(s) failed: {summary}",
+                       failed={name: first_line(exc) for name, exc in failed.items()}
+                       | {name: "held back after failures" for name in held})
         else:  # (a run stopped part-way leaves the txmin all tables reached before)
             record_run(primary, job.settings.consumer, start_txmin=None if job.stopping() else start.txmin)
     seconds = round(time.monotonic() - began, 3)

@@ -9,7 +9,8 @@ from typing import Any
 import psycopg
 
 from pgcdc.lake import tablelog
-from pgcdc.source import capture, consumers
+from pgcdc.source import capture, consumers, schemas
+from pgcdc.sync import coverage
 
 LAGGING = timedelta(hours=1)  # a change older than this still pending deserves attention
 
@@ -36,14 +37,6 @@ def table_lines(rows: Sequence[Sequence[str]]) -> list[str]:
     """Rows of cells as aligned text lines (the first row is the header)."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-
-
-def consumer_rows(conn: psycopg.Connection) -> list[tuple[str, str, int, int, datetime, str]]:
-    """(consumer, table, watermark, batch, last sync, target) from the PostgreSQL mirror."""
-    return conn.execute(
-        "select s.consumer, format('%I.%I', n.nspname, c.relname), s.watermark::text::bigint, s.batch, "
-        "s.updated_at, s.target from pgcdc.consumer_state s join pgcdc.attached a using (table_id) "
-        "join pg_class c on c.oid = a.relid join pg_namespace n on n.oid = c.relnamespace order by 1, 2").fetchall()
 
 
 def _capture_problems(conn: psycopg.Connection) -> list[str]:
@@ -139,16 +132,17 @@ def _run_problems(conn: psycopg.Connection) -> list[str]:
     return problems
 
 
-def _file_problems(conn: psycopg.Connection) -> list[str]:
+def _file_problems(states: list[coverage.TableState]) -> list[str]:
     """Delta tables in a local folder whose data files are gone (an outside VACUUM with its
     retention check off, a person deleting files): found from each table's own log, before a
     run fails on it. A table elsewhere, or not on this machine, is not checked."""
     problems = []
-    for consumer, table, _, batch, _, path in consumer_rows(conn):
-        gone = tablelog.listed_missing(path) if batch > 0 else None
+    for s in states:
+        gone = tablelog.listed_missing(s.delta_table) if s.delta_table and s.batch else None
         if gone:
-            problems.append(f"{path}, the Delta table of {table} (consumer {consumer}), references data files that "
-                            f"are gone ({', '.join(gone)}, ...): it cannot be read; run `pgcdc resync {table}`")
+            problems.append(f"{s.delta_table}, the Delta table of {s.table} (consumer {s.consumer}), references data "
+                            f"files that are gone ({', '.join(gone)}, ...): it cannot be read; run `pgcdc resync "
+                            f"{s.table}`")
     return problems
 
 
@@ -168,15 +162,20 @@ def status_data(conn: psycopg.Connection, problems: list[str] | None = None) -> 
                         "run `pgcdc reset-watermark`")
     problems += _dropped_problems(conn)
     problems += _capture_problems(conn)
+    problems += schemas.uncaptured_problems(conn)
     problems += _run_problems(conn)
-    problems += _file_problems(conn)
     for c in consumers.list_consumers(conn):
         for table in c.resync_needed:
             problems.append(f"consumer {c.name} fell past the queue's retention limit on {table}: its next "
                             "`pgcdc ingest` copies the table again")
-    never = [t.table_name for t in tables if t.consumers == 0]
+    states = coverage.table_states(conn)
+    problems += _file_problems(states)
+    problems += coverage.problems(states, coverage.recorded_tables(conn))
+    covered = {s.table for s in states}
+    never = [t.table_name for t in tables if t.consumers == 0 and t.table_name not in covered]
     if never:
-        problems.append(f"never synced: {', '.join(never)} (run `pgcdc ingest`)")
+        problems.append(f"never synced: {', '.join(never)} (no consumer's `tables` take it in; add it to a "
+                        "consumer's `tables` and run `pgcdc ingest`, or `pgcdc detach` it)")
     now = datetime.now(timezone.utc)
     lagging = [t.table_name for t in tables if t.oldest_pending and now - t.oldest_pending > LAGGING and t.consumers]
     if lagging:
@@ -193,8 +192,9 @@ def status_data(conn: psycopg.Connection, problems: list[str] | None = None) -> 
         "oldest_pending": oldest,
         "tables": [{"table": t.table_name, "consumers": t.consumers, "pending_events": t.pending_events,
                     "pending_keys": t.pending_keys, "oldest_pending": t.oldest_pending} for t in tables],
-        "synced": [{"consumer": c, "table": t, "watermark": w, "batch": b, "last_sync": at, "delta_table": path}
-                   for c, t, w, b, at, path in consumer_rows(conn)],
+        "synced": [{"consumer": s.consumer, "table": s.table, "state": s.state, "pending_events": s.pending_events,
+                    "oldest_pending": s.oldest_pending, "watermark": s.watermark, "batch": s.batch,
+                    "last_sync": s.last_sync, "delta_table": s.delta_table, "error": s.error} for s in states],
     }
 
 
@@ -226,8 +226,11 @@ def status_report(conn: psycopg.Connection, problems: list[str] | None = None) -
         lines += table_lines(rows)
     if data["synced"]:
         lines.append("")
-        synced: list[tuple[str, ...]] = [("consumer", "table", "watermark", "batch", "last sync", "delta table")]
-        synced += [(c["consumer"], c["table"], str(c["watermark"]), str(c["batch"]), age(c["last_sync"]) + " ago",
-                    c["delta_table"]) for c in data["synced"]]
+        synced: list[tuple[str, ...]] = [("consumer", "table", "state", "pending", "oldest pending", "batch",
+                                          "last sync", "delta table")]
+        synced += [(c["consumer"], c["table"], c["state"], str(c["pending_events"]), age(c["oldest_pending"]),
+                    "-" if c["batch"] is None else str(c["batch"]),
+                    "-" if c["last_sync"] is None else age(c["last_sync"]) + " ago", c["delta_table"] or "-")
+                   for c in data["synced"]]
         lines += table_lines(synced)
     return "\n".join(lines), data["healthy"]

@@ -1,0 +1,95 @@
+"""Whole schemas: `pgcdc attach --schema` attaches every table of a schema that can be
+captured and says why it refuses each other one; pgcdc.attached_schema remembers the schema
+and its refused tables, so a table created there later and not attached is named by
+`pgcdc status` and each run (`uncaptured`), never left out in silence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import psycopg
+
+from pgcdc.errors import TableError
+from pgcdc.source import capture
+
+
+@dataclass
+class SchemaAttach:
+    """What `attach --schema` did: tables attached now, already attached, refused (with why)."""
+
+    schema: str
+    attached: list[capture.AttachedTable] = field(default_factory=list)
+    already: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _schema_oid(conn: psycopg.Connection, schema: str) -> tuple[int, str]:
+    """The schema's oid and canonical name; TableError naming it if there is none."""
+    try:
+        row = conn.execute("select to_regnamespace(%s)::oid", (schema,)).fetchone()
+    except psycopg.Error:
+        row = (None,)
+    if row is None or row[0] is None:
+        raise TableError(f"schema {schema} not found in database {conn.info.dbname}; check the name "
+                         '(quote mixed case as "Name"; `\\dn` in psql lists the schemas)')
+    name = conn.execute("select format('%%I', nspname) from pg_namespace where oid = %s", (row[0],)).fetchone()[0]
+    return int(row[0]), name
+
+
+def _tables(conn: psycopg.Connection, oid: int) -> list[tuple[int, str]]:
+    """The schema's tables (ordinary and partitioned), as (oid, canonical name), by name."""
+    return [(int(r[0]), r[1]) for r in conn.execute(
+        "select c.oid, format('%%I.%%I', n.nspname, c.relname) from pg_class c "
+        "join pg_namespace n on n.oid = c.relnamespace where c.relnamespace = %s and c.relkind in ('r', 'p') "
+        "order by c.relname", (oid,))]
+
+
+def attach_schema(conn: psycopg.Connection, schema: str) -> SchemaAttach:
+    """Attach each table of `schema` not attached yet (one transaction each: a refusal undoes
+    only that table), and remember the schema with the tables refused."""
+    capture.require_schema(conn)
+    oid, name = _schema_oid(conn, schema)
+    done = SchemaAttach(name)
+    attached = {t.name for t in capture.list_attached(conn)}
+    refused: list[int] = []
+    for rel, table in _tables(conn, oid):
+        if table in attached:
+            done.already.append(table)
+            continue
+        try:
+            done.attached.append(capture.attach(conn, table))
+        except TableError as exc:
+            done.refused.append((table, str(exc)))
+            refused.append(rel)
+    conn.execute("insert into pgcdc.attached_schema (schema_oid, refused) values (%s, %s) on conflict (schema_oid) "
+                 "do update set refused = excluded.refused, attached_at = now()", (oid, refused))
+    return done
+
+
+def uncaptured(conn: psycopg.Connection) -> list[tuple[str, str]]:
+    """(table, schema) for each table of a schema attached whole that is neither attached nor
+    among the tables attach refused there: created (or moved there) since."""
+    return conn.execute(
+        "select format('%I.%I', n.nspname, c.relname), format('%I', n.nspname) from pgcdc.attached_schema s "
+        "join pg_namespace n on n.oid = s.schema_oid join pg_class c on c.relnamespace = s.schema_oid "
+        "where c.relkind in ('r', 'p') and not c.oid = any(s.refused) "
+        "  and not exists (select 1 from pgcdc.attached a where a.relid = c.oid) order by 1").fetchall()
+
+
+def uncaptured_problems(conn: psycopg.Connection) -> list[str]:
+    """`uncaptured` as the lines `pgcdc status` and a run give."""
+    return [f"table {table} in schema {schema} (attached with --schema) is not captured: it came after the schema "
+            f"was attached; run `pgcdc attach --schema {schema}` (or `pgcdc attach {table}`)"
+            for table, schema in uncaptured(conn)]
+
+
+def detach_schema(conn: psycopg.Connection, schema: str) -> list[str]:
+    """Detach every attached table of `schema` and stop watching it; the tables detached."""
+    oid, _ = _schema_oid(conn, schema)
+    inside = {name for _, name in _tables(conn, oid)}
+    names = [t.name for t in capture.list_attached(conn) if t.name in inside]
+    for name in names:
+        capture.detach(conn, name)
+    conn.execute("delete from pgcdc.attached_schema where schema_oid = %s", (oid,))
+    return names

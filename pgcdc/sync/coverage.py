@@ -1,0 +1,89 @@
+"""Where each consumer stands on each table it syncs or should sync (`pgcdc status`).
+
+A consumer's run records its `tables` entries (pgcdc.source.selection) in pgcdc.consumer, so
+this knows, without the consumer's settings, which attached tables it should sync: a table
+it takes in but never synced is named, not hidden behind another consumer's progress.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+
+from pgcdc.source import consumers, selection
+
+# a table's state for one consumer, as `pgcdc status` shows it
+SYNCED, BEHIND, NEVER, FAILED, COPYING, LEFT_OUT = "synced", "behind", "never synced", "failed", "copying", "left out"
+
+
+@dataclass(frozen=True)
+class TableState:
+    """One (consumer, table): its state and what backs it."""
+
+    consumer: str
+    table: str
+    state: str
+    pending_events: int = 0
+    oldest_pending: datetime | None = None
+    watermark: int | None = None
+    batch: int | None = None
+    last_sync: datetime | None = None
+    delta_table: str | None = None
+    error: str | None = None
+
+
+def _states(conn: psycopg.Connection) -> list[tuple[str, int, str, int, int, datetime, str, int, datetime | None]]:
+    """Every mirrored (consumer, table) state with the events still pending above its watermark."""
+    return conn.execute(
+        "select s.consumer, s.table_id, format('%I.%I', n.nspname, c.relname), s.watermark::text::bigint, s.batch, "
+        "  s.updated_at, s.target, p.events, p.oldest "
+        "from pgcdc.consumer_state s join pgcdc.attached a using (table_id) join pg_class c on c.oid = a.relid "
+        "join pg_namespace n on n.oid = c.relnamespace "
+        "left join lateral (select count(*) as events, min(q.at) as oldest from pgcdc.commit_queue q "
+        "                    where q.table_id = s.table_id and q.txid >= s.watermark) p on true "
+        "order by 1, 3").fetchall()
+
+
+def table_states(conn: psycopg.Connection) -> list[TableState]:
+    """Per consumer, each table it has a state for or its recorded `tables` take in, by name."""
+    registered = conn.execute(
+        "select c.name, c.tables, coalesce(r.table_errors, '{}') from pgcdc.consumer c "
+        "left join pgcdc.consumer_run r on r.consumer = c.name order by 1").fetchall()
+    known = {(row[0], row[1]): row for row in _states(conn)}
+    out: list[TableState] = []
+    for name, entries, errors in registered:
+        running = consumers.is_running(conn, name)
+        wanted = {t.table_id: t.name for t in selection.taken_by_stored(conn, entries)} if entries is not None else {}
+        ids = sorted({tid for (c, tid) in known if c == name} | set(wanted),
+                     key=lambda tid: known[(name, tid)][2] if (name, tid) in known else wanted[tid])
+        for tid in ids:
+            row = known.get((name, tid))
+            if row is None:
+                out.append(TableState(name, wanted[tid], COPYING if running else NEVER))
+                continue
+            _, _, table, watermark, batch, at, target, events, oldest = row
+            state = (COPYING if running else NEVER) if batch == 0 else FAILED if table in errors \
+                else LEFT_OUT if entries is not None and tid not in wanted else BEHIND if events else SYNCED
+            out.append(TableState(name, table, state, int(events), oldest, watermark, batch, at, target,
+                                  errors.get(table)))
+    return out
+
+
+def problems(states: list[TableState], recorded: dict[str, list[str] | None]) -> list[str]:
+    """The tables a consumer should sync and never did (the other states are named elsewhere:
+    a failed run, a table left out, changes pending too long)."""
+    out = []
+    for s in states:
+        if s.state == NEVER:
+            entries = recorded.get(s.consumer)
+            why = f"its `tables` ({', '.join(entries)}) take it in" if entries else "it syncs every attached table"
+            out.append(f"consumer {s.consumer} has never synced {s.table} ({why}); run `pgcdc ingest` "
+                       f"for consumer {s.consumer}")
+    return out
+
+
+def recorded_tables(conn: psycopg.Connection) -> dict[str, list[str] | None]:
+    """Each consumer's recorded `tables` entries (None: no run recorded them yet)."""
+    return dict(conn.execute("select name, tables from pgcdc.consumer").fetchall())
