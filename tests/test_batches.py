@@ -9,6 +9,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from fixtures.ingest import driver_writes
 from pgcdc.source import capture
 
 def test_batch_changing_much_of_the_table_is_applied_by_a_copy(db: psycopg.Connection, syncer) -> None:
@@ -82,6 +83,37 @@ def test_batches_mark_old_rows_deleted_and_write_only_the_changed_rows(db: psyco
     syncer.assert_equal("public.t")
     assert syncer.delta("public.t").count() == 0
     assert len(on_driver) == (3 if driver_keys > 0 else 0)
+
+
+def test_a_composite_key_batch_is_found_and_written_on_the_driver(db: psycopg.Connection, syncer,
+                                                                 monkeypatch) -> None:
+    """A link table keyed by (int, text) takes the driver path as a one-column key does:
+    its old rows found by the driver (one hash join of the stored key columns with the
+    batch's keys), its rows written by the driver; a row is matched only when both columns
+    match, across batches that merge deletion vectors and a key change in one column."""
+    from pgcdc.engines.fast import driver_marks
+
+    on_driver: list[int] = []
+    real = driver_marks.deletion_vectors
+    monkeypatch.setattr(driver_marks, "deletion_vectors", lambda *a: on_driver.append(1) or real(*a))
+    wrote = driver_writes(monkeypatch)
+    db.execute("create table film_actor (actor_id int, film_id text, note text, primary key (actor_id, film_id))")
+    db.execute("insert into film_actor select i % 50, 'f' || (i / 50), 'x' from generate_series(0, 999) i")
+    capture.attach(db, "film_actor")
+    syncer.run()
+    db.execute("delete from film_actor where (actor_id, film_id) in ((1, 'f0'), (2, 'f0'), (3, 'f1'), (4, 'f2'), "
+               "(5, 'f3'))")
+    db.execute("insert into film_actor values (1, 'f999', 'new'), (77, 'f0', 'new')")  # each column seen before
+    db.execute("update film_actor set note = 'y' where actor_id = 6 and film_id = 'f4'")
+    report = syncer.run()["public.film_actor"]
+    assert (report.upserted, report.deleted, on_driver, wrote) == (3, 5, [1], [1])
+    syncer.assert_equal("public.film_actor")
+    db.execute("update film_actor set film_id = 'g' || film_id where actor_id = 6")  # the old keys: deleted
+    db.execute("update film_actor set note = 'z' where (actor_id, film_id) in ((1, 'f999'), (77, 'f0'))")
+    report = syncer.run()["public.film_actor"]
+    assert (report.upserted, report.deleted, len(on_driver), len(wrote)) == (20 + 2, 20, 2, 2)
+    syncer.assert_equal("public.film_actor")
+    assert syncer.delta("public.film_actor").groupBy("actor_id", "film_id").count().where("count > 1").count() == 0
 
 
 def test_large_batch_found_on_the_driver_across_files_and_dense_blocks(db: psycopg.Connection, syncer,

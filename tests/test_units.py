@@ -73,7 +73,8 @@ def test_batch_partitions_grow_with_the_batch_up_to_the_setting_and_spark_slots(
     ([Column("id", "timestamp with time zone", "timestamptz", False, None)], False),
     ([Column("id", "character(3)", "bpchar", False, None)], False),
     ([Column("id", "integer[]", "int4", True, None)], False),
-    ([Column("id", "integer", "int4", False, None), Column("n", "integer", "int4", False, None)], False),
+    ([Column("id", "integer", "int4", False, None), Column("n", "text", "text", False, None)], True),
+    ([Column("id", "integer", "int4", False, None), Column("d", "date", "date", False, None)], False),
 ])
 def test_keys_fit_the_driver_path_only_when_held_as_integers_or_text(columns: list[Column], fits: bool) -> None:
     table = AttachedTable(1, "public.t", [c.name for c in columns], [c.type_sql for c in columns], None, None)
@@ -160,8 +161,35 @@ def test_driver_search_marks_exactly_the_rows_holding_the_keys(tmp_path: Path, k
     key_array = pa.array(keys, type=pa.int64() if kind.startswith("int") else pa.string())
     assert (driver_marks._key_table(key_array) is not None) == by_table
     for value_set in (key_array, pa.array(keys * 40, type=key_array.type)):  # many keys: one group of files
-        masks = driver_marks._masks(str(tmp_path), paths, "k", value_set)
+        masks = driver_marks._masks(str(tmp_path), paths, ["k"], pa.table({"k": value_set}))
         assert [m.to_pylist() for m in masks] == [[v in set(keys) for v in values] for values in stored]
+
+
+def test_driver_search_of_a_composite_key_marks_exactly_the_rows_holding_the_keys(tmp_path: Path) -> None:
+    """A two-column key (int32 and text stored, keys read as int64 and text): only rows whose
+    every column matches one key, over several files with several row groups, from the
+    Parquet files and then from their key indexes."""
+    import random
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pgcdc.engines.fast import driver_marks
+
+    rng = random.Random(7)
+    stored = [[(rng.randrange(40), rng.choice("abcd")) for _ in range(n)] for n in (300, 0, 130, 1)]
+    paths = []
+    for i, rows in enumerate(stored):
+        path = tmp_path / f"part-{i}.parquet"
+        pq.write_table(pa.table({"a": pa.array([r[0] for r in rows], pa.int32()),
+                                 "b": pa.array([r[1] for r in rows], pa.string()),
+                                 "v": pa.array([1] * len(rows), pa.int64())}), path, row_group_size=64)
+        paths.append(str(path))
+    keys = {(rng.randrange(45), rng.choice("abcde")) for _ in range(30)} | {(stored[3][0][0], "z")}
+    wanted = pa.table({"a": pa.array([k[0] for k in keys], pa.int64()), "b": [k[1] for k in keys]})
+    for _ in range(2):  # (the second time from the key indexes)
+        masks = driver_marks._masks(str(tmp_path), paths, ["a", "b"], wanted)
+        assert [m.to_pylist() for m in masks] == [[r in keys for r in rows] for rows in stored]
+    assert any(any(m.to_pylist()) for m in masks) and not all(all(m.to_pylist()) for m in masks)
 
 
 def test_compaction_is_due_once_a_table_has_enough_small_files() -> None:

@@ -222,14 +222,17 @@ def key_bounds(conn: psycopg.Connection, t: AttachedTable, batch: Batch) -> tupl
     return None if lo is None else (int(lo), int(hi))
 
 
-def array_bounds(keys: "pa.Array") -> tuple[int, int] | None:
-    """What key_bounds gives, for keys already read into the driver (fetch_keys)."""
+def array_bounds(keys: "pa.Table") -> tuple[int, int] | None:
+    """The lowest and highest value of the first key column, if it is an integer one, of keys
+    already read into the driver (fetch_keys): the files whose range of that column misses
+    them hold none of the keys (key_bounds, for a one-column key, gives the same)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if not pa.types.is_integer(keys.type) or len(keys) == 0:
+    first = keys.column(0)
+    if not pa.types.is_integer(first.type) or len(first) == 0:
         return None
-    low, high = pc.min_max(keys).values()
+    low, high = pc.min_max(first).values()
     return int(low.as_py()), int(high.as_py())
 
 
@@ -246,49 +249,57 @@ DRIVER_KEY_TYPES = {"int2", "int4", "int8", "text", "varchar"}
 
 
 def keys_fit_driver(t: AttachedTable, columns: list[Column]) -> bool:
-    """True for a one-column key that Delta holds as integers or text (text, varchar, and
+    """True for a key whose every column Delta holds as integers or text (text, varchar, and
     the types read in text form, such as uuid): the ones driver_marks matches exactly."""
-    if len(t.key_columns) != 1:
-        return False
-    key = next(c for c in columns if c.name == t.key_columns[0])
-    return not key.is_array and (key.base in DRIVER_KEY_TYPES or key.form(key=True) == "text")
+    by_name = {c.name: c for c in columns}
+    return all(not by_name[k].is_array and (by_name[k].base in DRIVER_KEY_TYPES or by_name[k].form(key=True) == "text")
+               for k in t.key_columns)
 
 
 DRIVER_ROWS_BYTES = 64 * 1024 * 1024  # a batch's rows read into the driver: at most about this much (estimated)
 
 
-def fetch_keys(conn: psycopg.Connection, t: AttachedTable, columns: list[Column], batch: Batch) -> "pa.Array":
-    """The batch's distinct keys (a one-column key, in the form the Delta table holds them),
-    read into the driver as one array (driver_marks; at most `ingest.driver_keys` queued
-    keys). PostgreSQL decodes them and pyarrow drops the repeats: for 1M keys ~0.35 s,
-    where PostgreSQL's DISTINCT alone took 0.6 s (measured)."""
+def fetch_keys(conn: psycopg.Connection, t: AttachedTable, columns: list[Column], batch: Batch) -> "pa.Table":
+    """The batch's distinct keys (one column per key column, in the form the Delta table
+    holds them), read into the driver (driver_marks; at most `ingest.driver_keys` queued
+    keys). PostgreSQL decodes them and pyarrow drops the repeats: for 1M one-column keys
+    ~0.35 s, where PostgreSQL's DISTINCT alone took 0.6 s (measured)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    key = next(c for c in columns if c.name == t.key_columns[0])
-    form = key.select(_decode_key(t, "u.k")[0], True, t.name, "u.k")
-    with conn.cursor(binary=True) as cur:  # one array value: no per-row work in Python
-        (values,) = cur.execute(f"select array_agg({form}) from pgcdc.commit_queue q "
-                                f"cross join lateral unnest(q.keys) u(k) where {batch.filter_sql('q')}").fetchone()
-    kind = pa.int64() if key.base in ("int2", "int4", "int8") and not key.is_array else pa.string()
-    return pc.unique(pa.array(values or [], type=kind))
+    by_name = {c.name: c for c in columns}
+    keys = [by_name[k] for k in t.key_columns]
+    forms = [k.select(expr, True, t.name, "u.k") for k, expr in zip(keys, _decode_key(t, "u.k"))]
+    with conn.cursor(binary=True) as cur:  # one array value a column: no per-row work in Python
+        values = cur.execute(f"select {', '.join(f'array_agg({f})' for f in forms)} from pgcdc.commit_queue q "
+                             f"cross join lateral unnest(q.keys) u(k) where {batch.filter_sql('q')}").fetchone()
+    kinds = [pa.int64() if k.base in ("int2", "int4", "int8") and not k.is_array else pa.string() for k in keys]
+    if len(keys) == 1:
+        return pa.table({keys[0].name: pc.unique(pa.array(values[0] or [], type=kinds[0]))})
+    table = pa.table({k.name: pa.array(v or [], type=kind) for k, v, kind in zip(keys, values, kinds)})
+    return table.group_by([k.name for k in keys]).aggregate([]).select([k.name for k in keys])
 
 
 def fetch_rows(conn: psycopg.Connection, t: AttachedTable, columns: list[Column],
-               keys: "pa.Array") -> list[tuple[object, ...]] | None:
+               keys: "pa.Table") -> list[tuple[object, ...]] | None:
     """The live rows (values in column order) of `keys` (from fetch_keys), read into the
     driver (driver_write); each row once, and only rows of these keys, so the batch never
     adds a row whose old version it did not mark deleted. None where psycopg has no Python
     value for one: Spark reads them."""
-    key = next(c for c in columns if c.name == t.key_columns[0])
-    # the keys come back in the table's type the way the queue's keys are decoded
-    decoded = _decode_key(t, "k.k")[0]
-    def text(part: str) -> str:  # names may hold "%", which the query's one parameter makes special
+    def text(part: str) -> str:  # names may hold "%", which the query's parameters make special
         return part.replace("%", "%%")
-    query = (text(f"select {_select_list(columns, 't', t)} from {_source(t)} t where t.{_ident(key.name)} = "
-                  f"any(array(select {decoded} from unnest(") + "%s" + text("::text[]) k(k)))"))
+    refs = [_ident(k) for k in t.key_columns]
+    # the keys come back in the table's types the way the queue's keys are decoded
+    typed = ", ".join(f"(k.{r})::{typ}" for r, typ in zip(refs, t.key_types))
+    unnest = ", ".join(["%s::text[]"] * len(refs))
+    if len(refs) == 1:
+        where = text(f"t.{refs[0]} = any(array(select {typed} from unnest(") + unnest + text(f") k({refs[0]})))")
+    else:
+        where = (text(f"({', '.join('t.' + r for r in refs)}) in (select {typed} from unnest(") + unnest
+                 + text(f") k({', '.join(refs)}))"))
+    query = text(f"select {_select_list(columns, 't', t)} from {_source(t)} t where ") + where
     try:
-        return conn.execute(query, (keys.cast("string").to_pylist(),)).fetchall()
+        return conn.execute(query, [keys.column(k).cast("string").to_pylist() for k in t.key_columns]).fetchall()
     except psycopg.DataError:
         return None
 

@@ -81,9 +81,9 @@ class FastEngine:
         s, t, columns, batch, reader = work.settings, work.table, work.columns, work.batch, work.reader
         on_driver = batch.keys <= s.driver_keys and enrich.keys_fit_driver(t, columns) \
             and local_folder(work.path) is not None
-        keys: Callable[[], pa.Array] | None = None
+        keys: Callable[[], pa.Table] | None = None
         rows: Future[list[tuple[object, ...]] | None] | None = None
-        key_read: Future[pa.Array] | None = None
+        key_read: Future[pa.Table] | None = None
         if on_driver and batch.keys <= s.small_batch_keys and batch.keys * work.row_bytes <= enrich.DRIVER_ROWS_BYTES:
             fetched = enrich.fetch_keys(reader, t, columns, batch)
             keys = lambda: fetched  # noqa: E731
@@ -93,8 +93,8 @@ class FastEngine:
         elif on_driver:  # the keys are read while Spark starts writing the rows
             key_read = _KEY_READER.submit(enrich.fetch_keys, reader, t, columns, batch)
             keys = key_read.result
-        # the lowest and highest key (of an integer key) let the files outside them be
-        # skipped; the driver takes them from the keys it reads
+        # the lowest and highest key (of a one-column integer key) let the files outside them
+        # be skipped; the driver takes them from the keys it reads (of the first key column)
         bounds = enrich.key_bounds(reader, t, batch) if keys is None else None
         try:
             read = work.read()

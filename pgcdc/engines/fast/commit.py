@@ -42,7 +42,7 @@ BROADCAST_KEYS = 2_000_000
 
 
 def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerState, before_commit: Callable[[], None],
-          bounds: tuple[int, int] | None = None, keys: "Callable[[], pa.Array] | None" = None,
+          bounds: tuple[int, int] | None = None, keys: "Callable[[], pa.Table] | None" = None,
           local_rows: "Callable[[], pa.Table | None] | None" = None) -> Written:
     """Apply one batch in one Delta commit that also carries the state.
 
@@ -52,10 +52,10 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
     keys against the target's key column instead of Delta MERGE's three passes, and no
     unchanged row rewritten. (A batch holding a TRUNCATE is never merged: it is copied.) `bounds`
     (lowest, highest key of a one-column integer key) lets Delta skip the files whose key
-    range lies outside the batch. `keys` (gives the same keys, of a batch with a one-column
-    key, read into the driver) lets the driver find the rows (driver_marks, its own key
-    bounds) while Spark writes `read.rows`; else Spark joins `read.keys` to the stored key
-    column. `local_rows` (gives the same as `read.rows`, read on the driver, with `keys`)
+    range lies outside the batch. `keys` (gives the same keys, read into the driver) lets
+    the driver find the rows (driver_marks, the bounds of the first key column) while
+    Spark writes `read.rows`; else Spark joins `read.keys` to the stored key columns.
+    `local_rows` (gives the same as `read.rows`, read on the driver, with `keys`)
     lets the driver write them too (driver_write); where it gives None, Spark writes.
     `before_commit` runs once every row is read and written, right before the commit.
     """
@@ -115,7 +115,7 @@ def _timed(work: Callable[[], T]) -> tuple[T, int]:
 
 
 def _found_on_driver(spark: "SparkSession", txn: Any, files: list[Any], read: "BatchRead",
-                     keys: "pa.Array") -> tuple[list[Any], Any, _Found]:
+                     keys: "pa.Table") -> tuple[list[Any], Any, _Found]:
     """The files that may hold `keys` (by their key range), the deletion vectors over their
     rows of `keys` (found by the driver; by a Spark join if a file is not on the local file
     system), and the number of keys."""
@@ -124,10 +124,10 @@ def _found_on_driver(spark: "SparkSession", txn: Any, files: list[Any], read: "B
         files = files_overlapping(files, read.key_columns[0], *bounds)
     paths = driver_marks.local_paths(txn, files)
     if paths is None:
-        vectors = _matched_rows(spark, txn, files, read.keys, len(keys), bounds)
+        vectors = _matched_rows(spark, txn, files, read.keys, keys.num_rows, bounds)
     else:
-        vectors = driver_marks.deletion_vectors(spark, txn, files, paths, read.key_columns[0], keys)
-    return files, vectors, _Found(len(keys), bounds)
+        vectors = driver_marks.deletion_vectors(spark, txn, files, paths, read.key_columns, keys)
+    return files, vectors, _Found(keys.num_rows, bounds)
 
 
 def _write_rows(spark: "SparkSession", txn: Any, read: "BatchRead",
@@ -135,7 +135,7 @@ def _write_rows(spark: "SparkSession", txn: Any, read: "BatchRead",
     """Write the batch's live rows: by the driver where it has them (`local_rows`), else by
     a Spark job; their AddFiles."""
     table = local_rows() if local_rows is not None else None
-    added = driver_write.write(spark, txn, table, read.key_columns[0]) if table is not None else None
+    added = driver_write.write(spark, txn, table, read.key_columns) if table is not None else None
     return added if added is not None else pylist(spark, txn.writeFiles(read.rows._jdf))
 
 

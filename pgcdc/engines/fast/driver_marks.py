@@ -10,10 +10,10 @@ and hands them to Delta's own deletion-vector writer (merged with a file's exist
 vector, stored in one new file). The result is what Spark's way returns, and takes the
 same path to the commit.
 
-Only where that is as exact as the Spark path: a one-column key held as integers or
-text, files on the local file system, no column mapping; and up to
-`ingest.driver_keys` keys, which the driver holds as one Arrow array (as many as a
-Spark broadcast join would gather on it). Everything else takes the Spark path.
+Only where that is as exact as the Spark path: key columns held as integers or text,
+files on the local file system, no column mapping; and up to `ingest.driver_keys` keys,
+which the driver holds as one Arrow table (as many as a Spark broadcast join would
+gather on it). Everything else takes the Spark path.
 """
 
 from __future__ import annotations
@@ -56,9 +56,10 @@ def local_paths(txn: Any, files: list[Any]) -> list[str] | None:
     return paths
 
 
-def _masks(table_dir: str, paths: list[str], column: str, keys: "pa.Array") -> list["pa.BooleanArray"]:
-    """For each file, which of its rows hold one of `keys`: one boolean per physical row
-    in file order (deleted rows included, as Delta's row index counts them).
+def _masks(table_dir: str, paths: list[str], columns: list[str], keys: "pa.Table") -> list["pa.BooleanArray"]:
+    """For each file, which of its rows hold one of `keys` (in the key `columns`): one
+    boolean per physical row in file order (deleted rows included, as Delta's row index
+    counts them). A key of several columns is found by one hash join (_composite_masks).
 
     Integer keys in a compact range are looked up in a table indexed by key (_key_table).
     Other keys are searched with a hash set, in one group of files per core (pyarrow
@@ -69,6 +70,9 @@ def _masks(table_dir: str, paths: list[str], column: str, keys: "pa.Array") -> l
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if len(columns) > 1:
+        return _composite_masks(table_dir, paths, columns, keys)
+    column, one = columns[0], keys.column(0).combine_chunks()
     workers = os.cpu_count() or 1
     with ThreadPoolExecutor(max_workers=workers) as pool:
         stored = list(pool.map(lambda path: key_index.key_column(table_dir, path, column), paths))
@@ -79,12 +83,12 @@ def _masks(table_dir: str, paths: list[str], column: str, keys: "pa.Array") -> l
                 or any(c.type != kind for c in stored):
             raise TypeError(f"key column {column} is stored as {sorted({str(c.type) for c in stored})}, "
                             "not as one integer or text type")
-        table = _key_table(keys) if pa.types.is_integer(kind) else None
+        table = _key_table(one) if pa.types.is_integer(kind) else None
         if table is not None:
             return list(pool.map(table, stored))
-        value_set = keys.cast(kind)  # the same values: both are the key as the table holds it
+        value_set = one.cast(kind)  # the same values: both are the key as the table holds it
         total = sum(len(c) for c in stored)
-        if len(keys) * 16 > total:  # a second set would cost more than the search it shares
+        if len(one) * 16 > total:  # a second set would cost more than the search it shares
             workers = 1
         groups: list[list[int]] = [[] for _ in range(workers)]
         seen = 0
@@ -101,6 +105,39 @@ def _masks(table_dir: str, paths: list[str], column: str, keys: "pa.Array") -> l
                 offset += len(stored[i])
             return masks
         return [m for part in pool.map(search, [g for g in groups if g]) for m in part]
+
+
+def _composite_masks(table_dir: str, paths: list[str], columns: list[str], keys: "pa.Table") -> list["pa.BooleanArray"]:
+    """_masks for a key of several columns: every file's key columns with their file and row
+    numbers, semi-joined to the keys (a hash table of the keys, which are few next to the
+    rows: Arrow builds it on the right side), then each file's matched rows as its mask."""
+    import numpy as np
+    import pyarrow as pa
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        stored = list(pool.map(lambda path: key_index.key_columns(table_dir, path, columns), paths))
+    if not stored:
+        return []
+    kinds = [stored[0].schema.field(c).type for c in columns]
+    for c, kind in zip(columns, kinds):
+        if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)) \
+                or any(t.schema.field(c).type != kind for t in stored):
+            raise TypeError(f"key column {c} is stored as {sorted({str(t.schema.field(c).type) for t in stored})}, "
+                            "not as one integer or text type")
+    sizes = [t.num_rows for t in stored]
+    whole = pa.concat_tables(stored).combine_chunks()
+    whole = whole.append_column("__pgcdc_file", pa.array(np.repeat(np.arange(len(stored), dtype=np.int32), sizes)))
+    whole = whole.append_column("__pgcdc_row", pa.array(np.concatenate(
+        [np.arange(n, dtype=np.int64) for n in sizes]) if sizes else np.zeros(0, dtype=np.int64)))
+    wanted = pa.table({c: keys.column(c).cast(kind) for c, kind in zip(columns, kinds)})
+    hits = whole.join(wanted, keys=columns, join_type="left semi")
+    files, rows = hits.column("__pgcdc_file").to_numpy(), hits.column("__pgcdc_row").to_numpy()
+    masks = []
+    for i, n in enumerate(sizes):
+        mask = np.zeros(n, dtype=bool)
+        mask[rows[files == i]] = True
+        masks.append(pa.array(mask, type=pa.bool_()))
+    return masks
 
 
 _TABLE_SLOTS = 1 << 24  # a key table of up to this many slots (bytes) is built whatever the number of keys
@@ -194,16 +231,17 @@ def portable_bitmap(mask: "pa.BooleanArray") -> bytes:
     return b"".join(header + bodies)
 
 
-def deletion_vectors(spark: "SparkSession", txn: Any, files: list[Any], paths: list[str], column: str,
-                     keys: "pa.Array") -> Any:
+def deletion_vectors(spark: "SparkSession", txn: Any, files: list[Any], paths: list[str], columns: list[str],
+                     keys: "pa.Table") -> Any:
     """Deletion vectors (a Scala Seq of Delta's DeletionVectorResult, written to storage)
-    over every row of `files` whose `column` is in `keys`; files without such a row are left out."""
+    over every row of `files` whose key `columns` are one of `keys`; files without such a
+    row are left out."""
     vector_data = cls(spark, "org.apache.spark.sql.delta.commands.DeletionVectorData")
     spark_path = cls(spark, "org.apache.spark.paths.SparkPath")
     log = txn.deltaLog()
     table_dir = log.dataPath().toUri().getPath()
     data = []
-    for add, mask in zip(files, _masks(table_dir, paths, column, keys)):
+    for add, mask in zip(files, _masks(table_dir, paths, columns, keys)):
         count = mask.true_count
         if not count:
             continue

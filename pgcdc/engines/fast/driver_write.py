@@ -86,9 +86,9 @@ def _fits(txn: Any, metadata: dict[str, Any], table: "pa.Table") -> bool:
     return all(table.column(f["name"]).null_count == 0 for f in fields if not f["nullable"])
 
 
-def write(spark: "SparkSession", txn: Any, table: "pa.Table", key_column: str) -> list[Any] | None:
+def write(spark: "SparkSession", txn: Any, table: "pa.Table", key_columns: list[str]) -> list[Any] | None:
     """Write `table` into the transaction's table as one Parquet file, and its key index
-    (key_index.py, of `key_column`); its AddFile (in a list, as txn.writeFiles returns
+    (key_index.py, of `key_columns`); its AddFile (in a list, as txn.writeFiles returns
     them), or None where Spark's writer has to do it."""
     import pyarrow.parquet as pq
 
@@ -108,7 +108,7 @@ def write(spark: "SparkSession", txn: Any, table: "pa.Table", key_column: str) -
     # dates and timestamps as proleptic Gregorian (no calendar rebase), whatever their settings
     spark_meta = {b"org.apache.spark.version": spark.version.encode()}
     pq.write_table(table.replace_schema_metadata(spark_meta), local, compression="snappy")
-    key_index.remember(table_dir, local, key_column, table.column(key_column))
+    key_index.remember(table_dir, local, table.select(key_columns))
     info = os.stat(local)
     add = {"add": {"path": name, "partitionValues": {}, "size": info.st_size,
                    "modificationTime": int(info.st_mtime * 1000) or int(time.time() * 1000),

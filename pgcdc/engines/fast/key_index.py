@@ -1,4 +1,4 @@
-"""Key index: each data file's key column, kept beside the table as an uncompressed Arrow file.
+"""Key index: each data file's key columns, kept beside the table as an uncompressed Arrow file.
 
 A small batch finds its old rows by searching the key column of every candidate file
 (driver_marks). Read from Parquet, that column is decompressed and decoded on every
@@ -11,13 +11,14 @@ file's key column, as
 <table>/_pgcdc/keys/<file name>.arrow (VACUUM leaves folders starting with "_" alone),
 written whole under a temporary name and renamed into place. It is used only while it
 matches the data file it was made from (the file's size and modification time, and
-the key column's name, recorded in it): Delta never rewrites a data file in place,
+the key columns' names, recorded in it): Delta never rewrites a data file in place,
 but a copy that does not match, or does not read, is made again. A copy whose data file
 is gone (VACUUM) is deleted by the next run (`prune`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from typing import TYPE_CHECKING
@@ -40,42 +41,47 @@ def index_path(table_dir: str, data_file: str) -> str | None:
     return os.path.join(table_dir, FOLDER, quote(relative, safe="") + _SUFFIX)
 
 
-def _identity(data_file: str, column: str) -> dict[bytes, bytes]:
+def _identity(data_file: str, columns: list[str]) -> dict[bytes, bytes]:
     info = os.stat(data_file)
+    # (one column by its name, as indexes made before composite keys were indexed say it)
+    named = columns[0] if len(columns) == 1 else json.dumps(columns)
     return {b"pgcdc.file_size": str(info.st_size).encode(), b"pgcdc.file_mtime_ns": str(info.st_mtime_ns).encode(),
-            b"pgcdc.column": column.encode()}
+            b"pgcdc.column": named.encode()}
 
 
 def key_column(table_dir: str, data_file: str, column: str) -> "pa.ChunkedArray":
-    """The `column` of the Parquet `data_file`, every physical row in file order (so a
-    value's index is Delta's row index): from the key index if it matches the file, else
+    """The `column` of the Parquet `data_file` (key_columns of one column)."""
+    return key_columns(table_dir, data_file, [column]).column(0)
+
+
+def key_columns(table_dir: str, data_file: str, columns: list[str]) -> "pa.Table":
+    """The `columns` of the Parquet `data_file`, every physical row in file order (so a
+    row's index is Delta's row index): from the key index if it matches the file, else
     from the file itself, and then the index is made for the next batch."""
     import pyarrow as pa
     import pyarrow.ipc as ipc
     import pyarrow.parquet as pq
 
     index = index_path(table_dir, data_file)
-    identity = _identity(data_file, column)
+    identity = _identity(data_file, columns)
     if index is not None and os.path.exists(index):
         try:
             stored = ipc.open_file(pa.memory_map(index)).read_all()
-            if stored.schema.metadata == identity and stored.num_columns == 1:
-                return stored.column(0)
+            if stored.schema.metadata == identity and stored.column_names == columns:
+                return stored
         except (pa.ArrowException, OSError):
             pass  # unreadable (e.g. a disk full while it was written elsewhere): made again below
-    keys = pq.read_table(data_file, columns=[column]).column(0)
-    remember(table_dir, data_file, column, keys)
+    keys = pq.read_table(data_file, columns=columns).select(columns)
+    remember(table_dir, data_file, keys)
     return keys
 
 
-def remember(table_dir: str, data_file: str, column: str, keys: "pa.Array | pa.ChunkedArray") -> None:
-    """Make the key index of `data_file` from its `column` (every row, in file order): after
-    reading the column from the file, or right after writing the file (driver_write)."""
-    import pyarrow as pa
-
+def remember(table_dir: str, data_file: str, keys: "pa.Table") -> None:
+    """Make the key index of `data_file` from its key columns `keys` (every row, in file
+    order): after reading them from the file, or right after writing the file (driver_write)."""
     index = index_path(table_dir, data_file)
     if index is not None:
-        _store(index, pa.table({column: keys}).replace_schema_metadata(_identity(data_file, column)))
+        _store(index, keys.replace_schema_metadata(_identity(data_file, keys.column_names)))
 
 
 def _store(index: str, table: "pa.Table") -> None:
