@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PAIR=("pyspark>=3.5.3,<3.6" "delta-spark>=3.3,<3.4")
 say() { printf '[compat] %s\n' "$*"; }
+. "$(dirname "$0")/pyinstall.sh"
 
 PY=${PYTHON:-python3}
 [ -x .venv-compat/bin/python ] || { say "creating .venv-compat"; "$PY" -m venv .venv-compat; }
@@ -21,9 +22,8 @@ for dep in project["dependencies"] + project["optional-dependencies"]["test"]:
     if not dep.startswith(("pyspark", "delta-spark")):
         print(dep)
 PYEOF
-  .venv-compat/bin/pip install -q --upgrade pip
-  .venv-compat/bin/pip install -q -r .venv-compat/requirements.txt "${PAIR[@]}"
-  .venv-compat/bin/pip install -q --no-deps -e .
+  pyinstall .venv-compat -r .venv-compat/requirements.txt "${PAIR[@]}"
+  pyinstall .venv-compat --no-deps -e .
   touch "$stamp"
 fi
 say "$(.venv-compat/bin/python -c 'from importlib.metadata import version as v; print("pyspark", v("pyspark"), "+ delta-spark", v("delta-spark"))')"

@@ -18,6 +18,8 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null || die "apt-get install $* failed"
 }
 
+. "$(dirname "$0")/pyinstall.sh"  # pyinstall VENV ARGS...: uv where it can, else pip
+
 PY=${PYTHON:-python3}
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
   || die "Python 3.11+ is required (found: $("$PY" --version 2>&1 || echo none)); set PYTHON=/path/to/python3.11"
@@ -45,8 +47,7 @@ fi
 stamp=.venv/.pgcdc-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   say "installing Python packages (pyspark, delta-spark, psycopg, pyarrow, numpy, pydantic-settings, pytest, chispa)"
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e ".[test,local]"
+  pyinstall .venv -e ".[test,local]"
   touch "$stamp"
 fi
 say "python packages ok"
