@@ -26,7 +26,18 @@ begin
                    'NOCREATEDB NOREPLICATION NOBYPASSRLS, and revoke its memberships';
     end if;
     if not pg_has_role(current_user, 'pgcdc_capture', 'MEMBER') then
-        execute format('grant pgcdc_capture to %I', current_user);
+        -- (pgcdc_capture is cluster-wide: installed in another database first, by another role,
+        -- it can be granted here only by a role with its ADMIN OPTION)
+        begin
+            execute format('grant pgcdc_capture to %I', current_user);
+        exception when insufficient_privilege then
+            raise exception using errcode = '42501',
+                message = format('pgcdc install needs role %I to be a member of pgcdc_capture (the cluster-wide '
+                                 'NOLOGIN role that owns the capture code; it exists already, made by another '
+                                 'install in this cluster), and %I may not grant it', current_user, current_user),
+                hint = format('have a superuser (or a role with ADMIN OPTION on pgcdc_capture) run: GRANT '
+                              'pgcdc_capture TO %I; then run pgcdc install again', current_user);
+        end;
     end if;
 end
 $roles$;

@@ -397,3 +397,31 @@ def test_secrets_stay_out_of_output_and_of_the_jvm(tmp_path, monkeypatch: pytest
         assert "PGCDC_SOURCE__DSN" not in os.environ and "PGPASSWORD" not in os.environ
         assert os.environ["PGCDC_INGEST__MODE"] == "strict"
     assert os.environ["PGCDC_SOURCE__DSN"] == "host=h password=hunter2"
+
+
+def test_a_second_databases_owner_installs_once_a_dba_granted_the_capture_role(db: psycopg.Connection,
+                                                                               pg_server) -> None:
+    """pgcdc_capture is cluster-wide: installed in one database (here by the superuser), a
+    second database's owner without CREATEROLE cannot grant it to itself. Its install fails
+    writing nothing, naming the one GRANT a DBA must run; after it, the install works and
+    captures."""
+    suffix = db.info.dbname.replace("pgcdc_", "")
+    owner, other = f"owner_{suffix}", f"{db.info.dbname}_second"
+    db.execute(sql.SQL("create role {} login password {}").format(sql.Identifier(owner), sql.Literal(PASSWORD)))
+    db.execute(sql.SQL("create database {} owner {}").format(sql.Identifier(other), sql.Identifier(owner)))
+    try:
+        with _as(_dsn(pg_server.dsn(other), owner)) as second:
+            with pytest.raises(SchemaError, match=rf"needs role {owner} to be a member of pgcdc_capture.*"
+                                                  rf"GRANT pgcdc_capture TO {owner}; then run pgcdc install again"):
+                capture.install(second)
+            assert capture.installed_version(second) is None
+            db.execute(sql.SQL("grant pgcdc_capture to {}").format(sql.Identifier(owner)))
+            capture.install(second)
+            second.execute("create table t (id int primary key)")
+            capture.attach(second, "t")
+            second.execute("insert into t values (1)")
+            assert second.execute("select op, keys from pgcdc.commit_queue").fetchall() == [("I", ["1"])]
+        assert _events(db) == []  # (the first database's queue saw none of it)
+    finally:
+        with psycopg.connect(pg_server.dsn(), autocommit=True) as su:
+            su.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(other)))
