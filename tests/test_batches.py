@@ -251,3 +251,28 @@ def test_runs_compact_a_tables_small_files_once_there_are_enough(db: psycopg.Con
     quiet = DeltaTable.forPath(syncer.spark, syncer.path("public.quiet"))
     assert [r.operation for r in quiet.history().collect()] != [] and \
         "OPTIMIZE" not in {r.operation for r in quiet.history().collect()}  # (no batches: left alone)
+
+
+def test_a_run_through_a_long_backlog_compacts_on_the_way(db: psycopg.Connection, syncer) -> None:
+    """Many small transactions applied one batch each: the run compacts the table's small
+    files every `compact_files` batches, between batches, not only at its end, so a batch
+    never works over more small files than about twice that; the result stays exact."""
+    from delta.tables import DeltaTable
+
+    db.execute("create table t (id int primary key, v text)")
+    db.execute("insert into t select i, 'v' from generate_series(1, 50) i")
+    capture.attach(db, "t")
+    syncer.run()
+    for i in range(13):  # 13 transactions, one batch each
+        db.execute("update t set v = %s where id = %s", (f"w{i}", i + 1))
+    report = syncer.run(max_events_per_batch=1, compact_files=4)["public.t"]
+    assert report.batches == 13
+    ops = [r.operation for r in DeltaTable.forPath(syncer.spark, syncer.path("public.t")).history()
+           .orderBy("version").collect()]
+    merges_before = [ops[:i].count("MERGE") for i, op in enumerate(ops) if op == "OPTIMIZE"]
+    assert len(merges_before) >= 3 and merges_before[0] <= 8, ops  # during the run, not only after it
+    run = 0
+    for op in ops[ops.index("MERGE"):]:  # never more than 2 x compact_files batches without a compaction
+        run = 0 if op == "OPTIMIZE" else run + 1
+        assert run <= 8, ops
+    syncer.assert_equal("public.t")

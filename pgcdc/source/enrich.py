@@ -273,6 +273,7 @@ def fetch_keys(conn: psycopg.Connection, t: AttachedTable, columns: list[Column]
     with conn.cursor(binary=True) as cur:  # one array value a column: no per-row work in Python
         values = cur.execute(f"select {', '.join(f'array_agg({f})' for f in forms)} from pgcdc.commit_queue q "
                              f"cross join lateral unnest(q.keys) u(k) where {batch.filter_sql('q')}").fetchone()
+    assert values is not None  # (an aggregate's one row)
     kinds = [pa.int64() if k.base in ("int2", "int4", "int8") and not k.is_array else pa.string() for k in keys]
     if len(keys) == 1:
         return pa.table({keys[0].name: pc.unique(pa.array(values[0] or [], type=kinds[0]))})

@@ -114,6 +114,20 @@ class Compactor:
         session = self.session
         self.running = _SIDE.submit(lambda: small_files(session, path, name, why))
 
+    def between_batches(self, path: str, name: str, compact_files: int) -> None:
+        """In a run working through a long backlog, after `compact_files` more batches of the
+        table: compact its small files now if they are due, and wait for it (an OPTIMIZE
+        beside the table's next batch would conflict with it), so each batch reads and
+        rewrites a bounded number of files however long the run."""
+        log = tablelog.read_state(self.spark, path, need_txns=False)
+        why = plan.compact_reason(log, compact_files)
+        if why is None:
+            return
+        self.wait()
+        if self.session is None:
+            self.session = side_session(self.spark, self.conf)
+        small_files(self.session, path, name, why)
+
     def wait(self) -> "Compacted | None":
         """Wait for the compaction in flight, if any; its result (a crash in it is raised here)."""
         running, self.running = self.running, None

@@ -140,6 +140,7 @@ class Job:
         check_state(primary, state, identity, t, path)
 
         start: events.Snapshot | None = None
+        compacted_at = 0  # (report.batches when the table's small files were last looked at)
         while True:
             with reader.transaction():
                 reader.execute("set transaction isolation level repeatable read, read only")
@@ -177,6 +178,9 @@ class Job:
                 break
             if self.stopping():
                 break
+            if 0 < s.ingest.compact_files <= report.batches - compacted_at:  # a long backlog: compact on the way
+                self.compactor.between_batches(path, t.name, s.ingest.compact_files)
+                compacted_at = report.batches
         if report.batches and not self.stopping():  # (each batch added files)
             self.compactor.after_batches(path, t.name, s.ingest.compact_files)
         return self.finish(primary, reader, state, path, report, choice.engine)
