@@ -12,7 +12,6 @@ but does not.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
@@ -73,15 +72,7 @@ def pattern(entry: str) -> Pattern | None:
     return Pattern(entry, schema if sq else schema.lower(), table if tq else table.lower())
 
 
-def check_entries(entries: Iterable[str]) -> None:
-    """ConfigError for the first malformed entry (the settings check them when read)."""
-    for entry in entries:
-        if not entry.strip():
-            raise ConfigError("`tables` has an empty entry; list schema.table names or patterns such as app.*")
-        pattern(entry)
-
-
-def _stored_names(conn: psycopg.Connection) -> dict[int, tuple[str, str]]:
+def stored_names(conn: psycopg.Connection) -> dict[int, tuple[str, str]]:
     """table_id -> (schema, table) as stored (unquoted) for every attached table."""
     rows = conn.execute("select a.table_id, n.nspname, c.relname from pgcdc.attached a "
                         "join pg_class c on c.oid = a.relid join pg_namespace n on n.oid = c.relnamespace").fetchall()
@@ -111,7 +102,7 @@ def select_tables(conn: psycopg.Connection, entries: list[str]) -> list[Attached
     attached = list_attached(conn)
     if not entries:
         return attached
-    names = _stored_names(conn)
+    names = stored_names(conn)
     by_name = {t.name: t for t in attached}
     chosen: dict[str, AttachedTable] = {}
     for entry in entries:
@@ -129,8 +120,3 @@ def select_tables(conn: psycopg.Connection, entries: list[str]) -> list[Attached
                              "(`pgcdc list` lists the attached ones)")
         chosen.update((t.name, t) for t in hits)
     return sorted(chosen.values(), key=lambda t: t.name)
-
-
-def taken_by_stored(conn: psycopg.Connection, entries: list[str]) -> list[AttachedTable]:
-    """`taken` for entries a consumer recorded (status): the attached tables they take in now."""
-    return taken(entries, list_attached(conn), _stored_names(conn))

@@ -12,7 +12,7 @@ from datetime import datetime
 
 import psycopg
 
-from pgcdc.source import consumers, selection
+from pgcdc.source import capture, consumers, selection
 
 # a table's state for one consumer, as `pgcdc status` shows it
 SYNCED, BEHIND, NEVER, FAILED, COPYING, LEFT_OUT = "synced", "behind", "never synced", "failed", "copying", "left out"
@@ -52,10 +52,11 @@ def table_states(conn: psycopg.Connection) -> list[TableState]:
         "select c.name, c.tables, coalesce(r.table_errors, '{}') from pgcdc.consumer c "
         "left join pgcdc.consumer_run r on r.consumer = c.name order by 1").fetchall()
     known = {(row[0], row[1]): row for row in _states(conn)}
+    attached, names = capture.list_attached(conn), selection.stored_names(conn)  # (once for every consumer)
     out: list[TableState] = []
     for name, entries, errors in registered:
         running = consumers.is_running(conn, name)
-        wanted = {t.table_id: t.name for t in selection.taken_by_stored(conn, entries)} if entries is not None else {}
+        wanted = {t.table_id: t.name for t in selection.taken(entries, attached, names)} if entries is not None else {}
         ids = sorted({tid for (c, tid) in known if c == name} | set(wanted),
                      key=lambda tid: known[(name, tid)][2] if (name, tid) in known else wanted[tid])
         for tid in ids:
