@@ -69,6 +69,7 @@ class ConsumerState:
     out_of_order: TxidSet = field(default_factory=TxidSet)
     batch: int = 0
     run_id: str = ""
+    columns: str = ""  # the fingerprint of the source columns its Delta table was last checked against ("": unknown)
 
     def next(self, watermark: int, applied_above: TxidSet) -> "ConsumerState":
         """The state after one more batch: the watermark only ever moves up."""
@@ -82,7 +83,8 @@ class ConsumerState:
     def to_json(self) -> str:
         return json.dumps({"pgcdc_state": STATE_FORMAT, "consumer": self.consumer, "table": self.table,
                            "table_id": self.table_id, "system_id": self.system_id, "watermark": self.watermark,
-                           "out_of_order": self.out_of_order.encode(), "batch": self.batch, "run_id": self.run_id},
+                           "out_of_order": self.out_of_order.encode(), "batch": self.batch, "run_id": self.run_id,
+                           "columns": self.columns},
                           sort_keys=True)
 
     @classmethod
@@ -96,4 +98,4 @@ class ConsumerState:
             return None
         return cls(consumer=d["consumer"], table=d["table"], table_id=int(d["table_id"]), system_id=d["system_id"],
                    watermark=int(d["watermark"]), out_of_order=TxidSet.decode(d["out_of_order"]),
-                   batch=int(d["batch"]), run_id=d.get("run_id", ""))
+                   batch=int(d["batch"]), run_id=d.get("run_id", ""), columns=d.get("columns", ""))

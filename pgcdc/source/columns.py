@@ -11,6 +11,7 @@ intervals, network types, ...) are read as their PostgreSQL text form.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 
 import psycopg
@@ -130,13 +131,31 @@ class Column:
 
 def table_columns(conn: psycopg.Connection, table: str) -> list[Column]:
     """The table's live columns in order."""
+    conn.execute("select %s::regclass", (table,))  # (a table that is gone fails here, naming it)
+    return columns_of(conn, [table])[table]
+
+
+def columns_of(conn: psycopg.Connection, tables: list[str]) -> dict[str, list[Column]]:
+    """The live columns of each table (one query for all of a pass's tables); none for a table
+    whose name does not resolve (dropped or renamed meanwhile)."""
     rows = conn.execute(
-        "select a.attname, format_type(a.atttypid, a.atttypmod), "
+        "select k.name, a.attname, format_type(a.atttypid, a.atttypmod), "
         "coalesce(e.typname, t.typname), t.typcategory = 'A', "
         "case when coalesce(e.typname, t.typname) = 'numeric' and a.atttypmod >= 4 "
         "     then ((a.atttypmod - 4) >> 16) & 65535 end, "
         "coalesce(e.oid, t.oid) >= 16384 "
-        "from pg_attribute a join pg_type t on t.oid = a.atttypid left join pg_type e on e.oid = t.typelem "
-        "and t.typcategory = 'A' where a.attrelid = %s::regclass and a.attnum > 0 and not a.attisdropped "
-        "order by a.attnum", (table,)).fetchall()
-    return [Column(*row) for row in rows]
+        "from unnest(%s::text[]) k(name) join pg_attribute a on a.attrelid = to_regclass(k.name) "
+        "join pg_type t on t.oid = a.atttypid left join pg_type e on e.oid = t.typelem "
+        "and t.typcategory = 'A' where a.attnum > 0 and not a.attisdropped "
+        "order by k.name, a.attnum", (tables,)).fetchall()
+    found: dict[str, list[Column]] = {name: [] for name in tables}
+    for name, *column in rows:
+        found[name].append(Column(*column))
+    return found
+
+
+def fingerprint(table: str, key: list[str], columns: list[Column]) -> str:
+    """A short digest of a table's name, key and columns as the sync reads them: equal
+    fingerprints mean a Delta table checked against the one still fits the other."""
+    text = repr((table, tuple(key), tuple(columns)))
+    return hashlib.sha256(text.encode()).hexdigest()[:20]

@@ -172,6 +172,23 @@ def visible_at_or_above(conn: psycopg.Connection, table_id: int, snap: Snapshot)
     return _ranges_between_gaps([r[0] for r in rows], snap)
 
 
+def queued_txids(reader: psycopg.Connection, watermarks: dict[int, int]) -> dict[int, list[tuple[int, int, datetime]]]:
+    """For each table (id -> watermark), the txids with events at or above its watermark:
+    (txid, events, when the first was queued), in txid order. One scan of the queue from the
+    lowest watermark on, for all of a pass's tables (the queue is indexed by txid alone)."""
+    heads: dict[int, list[tuple[int, int, datetime]]] = {table_id: [] for table_id in watermarks}
+    if not watermarks:
+        return heads
+    rows = reader.execute(
+        "select q.table_id, q.txid::text::bigint, count(*), min(q.at) from pgcdc.commit_queue q "
+        "join unnest(%s::int[], %s::text[]) t(id, wm) on q.table_id = t.id and q.txid >= t.wm::xid8 "
+        "where q.txid >= %s::text::xid8 group by 1, 2 order by 1, 2",
+        (list(watermarks), [str(w) for w in watermarks.values()], str(min(watermarks.values())))).fetchall()
+    for table_id, txid, events, at in rows:
+        heads[table_id].append((txid, events, at))
+    return heads
+
+
 def pending(reader: psycopg.Connection, state: ConsumerState) -> tuple[int, datetime | None]:
     """Events of the table not applied yet (above the watermark, outside the out-of-order set),
     and when the oldest of them was queued."""

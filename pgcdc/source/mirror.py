@@ -7,7 +7,10 @@ The truth is the state in the Delta commit (`pgcdc.lake.state`); this is its cop
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from pgcdc.watermark import TxidSet
 
 if TYPE_CHECKING:
     import psycopg
@@ -25,6 +28,39 @@ def mirror_state(conn: "psycopg.Connection", state: ConsumerState, target: str, 
         "out_of_order = excluded.out_of_order, batch = excluded.batch, updated_at = now()"
         + (", resync_reason = null, copy_from = null" if copied else ""),
         (state.consumer, state.table_id, target, str(state.watermark), state.out_of_order.encode(), state.batch))
+
+
+def mirror_states(conn: "psycopg.Connection", states: list[tuple[ConsumerState, str]]) -> None:
+    """`mirror_state` for many (state, target) pairs in one round trip (a pass's idle tables),
+    each only while the mirror still holds the state's batch."""
+    if states:
+        with conn.cursor() as cur:
+            cur.executemany(
+                "update pgcdc.consumer_state set target = %s, watermark = %s::text::xid8, out_of_order = %s, "
+                "updated_at = now() where consumer = %s and table_id = %s and batch = %s",
+                [(target, str(s.watermark), s.out_of_order.encode(), s.consumer, s.table_id, s.batch)
+                 for s, target in states])
+
+
+@dataclass(frozen=True)
+class Mirrored:
+    """A table's mirrored state, as much of it as a pass needs to leave an idle table alone."""
+
+    target: str
+    watermark: int
+    out_of_order: TxidSet
+    batch: int
+    committing: int | None
+    resync: bool  # marked for a copy (it fell past the retention limit)
+
+
+def mirrored(conn: "psycopg.Connection", consumer: str, table_ids: list[int]) -> dict[int, Mirrored]:
+    """The mirrored state of each of the consumer's tables that has one."""
+    rows = conn.execute("select table_id, target, watermark::text::bigint, out_of_order, batch, committing, "
+                        "resync_reason is not null from pgcdc.consumer_state where consumer = %s and table_id = any(%s)",
+                        (consumer, table_ids)).fetchall()
+    return {table_id: Mirrored(target, int(wm), TxidSet.decode(ooo or ""), batch, committing, resync)
+            for table_id, target, wm, ooo, batch, committing, resync in rows}
 
 
 def register_table(conn: "psycopg.Connection", consumer: str, table_id: int, target: str) -> int:

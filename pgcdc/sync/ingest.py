@@ -28,13 +28,13 @@ from pgcdc.log import fields
 from pgcdc.settings import Settings
 from pgcdc.source import access, enrich, events
 from pgcdc.source.capture import AttachedTable
-from pgcdc.source.columns import Column, table_columns
+from pgcdc.source.columns import Column, fingerprint, table_columns
 from pgcdc.source.events import pending
-from pgcdc.source.mirror import mark_committing, mirror_state, register_table
+from pgcdc.source.mirror import mark_committing, mirror_state, mirrored, register_table
 from pgcdc.source.sessions import RunSource, SourceConnections, run_source
 from pgcdc.spark import storage
 from pgcdc.sync import compact
-from pgcdc.sync.plan import check_state, columns_changed, copy_reason, next_step, table_path
+from pgcdc.sync.plan import check_state, columns_changed, copy_reason, next_step, table_path, with_mirror
 from pgcdc.sync.report import UNDEFINED_COLUMN, TableReport, first_line, source_state
 from pgcdc.watermark import ConsumerState
 
@@ -68,6 +68,7 @@ class Job:
         self.stopping: Callable[[], bool] = lambda: False  # a stop request (a signal), seen between batches
         self.interrupted: Callable[[], bool] = lambda: False  # a stop at once, the second signal (any error then is it)
         self.table_ids: dict[str, int] = {}  # the last run's tables
+        self.known: dict[int, tuple[ConsumerState, str]] = {}  # by table id: its state and Delta table, as last synced
         self.schemas: dict[int, tuple[object, "StructType"]] = {}  # by table id: its columns and their Spark schema
         self.compactor = compact.Compactor(spark, settings.spark.conf)  # small files, beside the run
         self.connections = SourceConnections(settings.source, keep=following)  # a follower's: kept between runs
@@ -125,16 +126,21 @@ class Job:
             self.say(f"{t.name}: {why}: copying the table again")
             self.copy_table(primary, reader, jdbc, identity, t, columns, path, report,
                             committed_batch(self.spark, path, s.consumer) or 0)
+        mirror = mirrored(primary, s.consumer, [t.table_id]).get(t.table_id)
         quick = read_state_file(self.spark, path, s.consumer)
         if quick is not None:
+            quick = with_mirror(quick, mirror)
             batch = self.plan(reader, quick)
             if batch is None or batch.events == 0:
                 # Fast path for an idle table: the state file may only lag Delta after a crash
                 # between the commit and the file write, and then the lagging state still sees
                 # the committed batch's events as pending, so it is never idle.
                 check_state(primary, quick, identity, t, path)
-                return self.finish(primary, reader, self.moved(path, quick, batch), path, report, choice.engine)
+                return self.finish(primary, reader, self.moved(path, quick, batch), path, report, choice.engine,
+                                   fingerprint(t.name, t.key_columns, columns))
         state = load_state(self.spark, path, s.consumer)
+        if state is not None:
+            state = with_mirror(state, mirror)
         if state is None:
             state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, 0)
         check_state(primary, state, identity, t, path)
@@ -183,7 +189,8 @@ class Job:
                 compacted_at = report.batches
         if report.batches and not self.stopping():  # (each batch added files)
             self.compactor.after_batches(path, t.name, s.ingest.compact_files)
-        return self.finish(primary, reader, state, path, report, choice.engine)
+        return self.finish(primary, reader, state, path, report, choice.engine,
+                           fingerprint(t.name, t.key_columns, columns))
 
     def source_schema(self, jdbc: dict[str, str], t: AttachedTable, columns: list[Column]) -> "StructType":
         """The table's Spark schema as the sync reads it (enrich.schema_of, a JDBC connection and
@@ -196,10 +203,15 @@ class Job:
         return kept[1]
 
     def finish(self, primary: psycopg.Connection, reader: psycopg.Connection, state: ConsumerState, path: str,
-               report: TableReport, engine: Engine | None = None) -> TableReport:
+               report: TableReport, engine: Engine | None = None, columns: str = "") -> TableReport:
         """Mirror the state (also tells `pgcdc status` this run happened), let the engine tidy
-        its own files, and report."""
+        its own files, and report. `columns`: the fingerprint of the columns its Delta table was
+        checked against in this run, kept in the state file for the next passes (sync/idle.py)."""
+        if columns and state.columns != columns:
+            state = replace(state, columns=columns)
+            write_state_file(self.spark, path, state)
         mirror_state(primary, state, path)
+        self.known[state.table_id] = (state, path)
         if engine is not None:
             engine.finish(path)
         report.watermark = state.watermark
@@ -309,7 +321,7 @@ class Job:
             target.check_owner(self.spark, path, s.consumer, None if recorded else t.name)
             last = committed_batch(self.spark, path, s.consumer) or 0
         state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, last)
-        return self.finish(primary, reader, state, path, report)
+        return self.finish(primary, reader, state, path, report, columns=fingerprint(t.name, t.key_columns, columns))
 
     def apply_batch(self, engine: Engine, primary: psycopg.Connection, reader: psycopg.Connection,
                     jdbc: dict[str, str], t: AttachedTable, columns: list[Column], batch: events.Batch,

@@ -2,21 +2,25 @@
 Delta table lies (`table_path`), whether its committed state can be trusted (`check_state`),
 a copy before any batch (`copy_reason`), for each planned batch: apply it, copy the table
 instead, or only move the watermark (`next_step`), and after its batches a compaction of its
-small files (`compact_reason`)."""
+small files (`compact_reason`); and whether a pass may leave a table alone without reading
+its Delta table (`idle_base`, `idle_move`; pgcdc/sync/idle.py does it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from pgcdc.errors import TargetError
 from pgcdc.lake import tablelog, target
 from pgcdc.lake.paths import target_path, target_root
 from pgcdc.source.mirror import committing_batch, recorded_target, resync_reason, target_holder
+from pgcdc.watermark import TxidSet
 
 SMALL_FILE = 32 * 1024 * 1024  # bytes: a data file under this is small (Delta's OPTIMIZE aims at 1 GiB files)
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     import psycopg
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
@@ -24,7 +28,8 @@ if TYPE_CHECKING:
     from pgcdc.lake.tablelog import LogState
     from pgcdc.settings import Settings
     from pgcdc.source.capture import AttachedTable
-    from pgcdc.source.events import Batch
+    from pgcdc.source.events import Batch, Snapshot
+    from pgcdc.source.mirror import Mirrored
     from pgcdc.watermark import ConsumerState
 
 
@@ -95,6 +100,48 @@ def compact_reason(log: "LogState", compact_files: int) -> str | None:
     else:
         return None
     return f"{small} small files" if small >= compact_files else None
+
+
+def idle_base(t: "AttachedTable", known: "ConsumerState", m: "Mirrored", columns: str, identity: str,
+              next_txid: int) -> "ConsumerState | None":
+    """The state a pass may judge the table idle from without reading its Delta table, or None
+    (it takes the full path). `known`: its committed state as this process or its state file
+    knows it; `m`: the mirror; `columns`: the fingerprint of its name, key and columns now.
+
+    Only when nothing can have happened that check_state or a columns check would catch: the
+    mirror holds the same batch and no later commit was started (a higher `committing`: another
+    run's commit; a lower one: a restore), the database is the same and not behind the state,
+    the table was not attached again, no copy is asked for, and its columns are the ones its
+    Delta table was last checked against. The mirror may be ahead of the state file (earlier
+    idle passes move it alone): it then holds the same batch, a watermark moved over txids the
+    table had no events in, and that is the base."""
+    if known.columns != columns or known.table_id != t.table_id or known.system_id != identity:
+        return None
+    if m.resync or m.batch != known.batch or m.committing not in (None, known.batch) or known.watermark > next_txid:
+        return None
+    return with_mirror(known, m)
+
+
+def with_mirror(state: "ConsumerState", m: "Mirrored | None") -> "ConsumerState":
+    """The committed `state`, moved up to the mirror's watermark if the mirror holds the same batch
+    and no later commit was started: idle passes move the mirror alone, over txids in which the
+    table had no events, so the state file may lag it (and what a run prints never goes down)."""
+    if m is None or m.batch != state.batch or m.committing not in (None, state.batch) \
+            or m.watermark <= state.watermark:
+        return state
+    return replace(state, watermark=m.watermark, out_of_order=m.out_of_order)
+
+
+def idle_move(base: "ConsumerState", queued: list[tuple[int, int, "datetime"]], snap: "Snapshot",
+              out_of_order: bool) -> "ConsumerState | None":
+    """The state once an idle table is passed (its watermark moved up to the snapshot's txmin),
+    or None if the queue holds something to apply: a txid from the base's watermark on (`queued`)
+    outside its out-of-order set, below the txmin (strict mode) or anywhere (out-of-order mode,
+    which takes committed transactions above the txmin too)."""
+    top = max(base.watermark, snap.txmin)
+    if any(txid not in base.out_of_order and (out_of_order or txid < top) for txid, _, _ in queued):
+        return None
+    return replace(base.next(top, TxidSet()), batch=base.batch, run_id=base.run_id)
 
 
 def check_state(primary: "psycopg.Connection", state: "ConsumerState", identity: str, t: "AttachedTable",

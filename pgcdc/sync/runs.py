@@ -19,9 +19,11 @@ from pgcdc.log import fields
 from pgcdc.settings import Settings
 from pgcdc.source import capture, consumers, events, schemas
 from pgcdc.source.selection import canonical, select_tables
+from pgcdc.source.capture import AttachedTable
 from pgcdc.source.consumers import record_run
 from pgcdc.source.db import connect
 from pgcdc.spark.session import get_session
+from pgcdc.sync.idle import pass_idle
 from pgcdc.sync.ingest import Job
 from pgcdc.sync.report import RACED, TableReport, first_line, raced
 from pgcdc.sync.signals import Stopper
@@ -98,10 +100,12 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
         reports: list[TableReport] = []
         failed: dict[str, Exception] = {}
         try:
+            passed = _idle(job, primary, reader, identity, [t for t in tables if t.name not in skip])
+            reports.extend(passed.values())
             for t in tables:
                 if job.stopping():
                     break
-                if t.name in skip:
+                if t.name in skip or t.name in passed:
                     continue
                 try:
                     reports.append(job.sync_table(primary, reader, jdbc, identity, t))
@@ -140,6 +144,19 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
                           batches=batches, events=events_, upserted=sum(r.upserted for r in reports),
                           deleted=sum(r.deleted for r in reports), seconds=seconds))
     return reports, failed
+
+
+def _idle(job: Job, primary: psycopg.Connection, reader: psycopg.Connection, identity: str,
+          tables: list[AttachedTable]) -> dict[str, TableReport]:
+    """The idle tables a pass leaves alone (sync/idle.py); none if looking fails (each table's
+    full path then meets the problem on its own), unless a connection broke."""
+    try:
+        return pass_idle(job, primary, reader, identity, tables)
+    except Exception as exc:
+        if primary.broken or reader.broken or job.interrupted():
+            raise
+        _log.debug("looking for idle tables failed (%s): every table takes the full path", first_line(exc))
+        return {}
 
 
 def preflight(settings: Settings, tables: list[str], lock: bool = True) -> None:

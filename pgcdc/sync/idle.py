@@ -1,0 +1,82 @@
+"""A pass's tables with nothing to apply, passed without reading Delta.
+
+Before a run goes over its tables one by one, three queries look at all of them at once: the
+mirrored states (primary), every table's live columns and the queue from each table's
+watermark on (reader, one snapshot). A table whose state this process knows (or its state file
+holds), that PostgreSQL's mirror agrees with, whose columns are the ones its Delta table was
+checked against and whose queue holds nothing to apply below the horizon is idle: only its
+mirrored watermark moves (one statement for all of them). Every other table takes the full
+path (`ingest.Job.sync_table`), which checks its Delta table. What decides is `plan.idle_base`
+and `plan.idle_move`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from pgcdc.lake.paths import target_root
+from pgcdc.lake.state import read_state_file
+from pgcdc.source import events
+from pgcdc.source.columns import columns_of, fingerprint
+from pgcdc.source.mirror import mirror_states, mirrored
+from pgcdc.sync.plan import idle_base, idle_move
+from pgcdc.sync.report import TableReport
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from pgcdc.source.capture import AttachedTable
+    from pgcdc.sync.ingest import Job
+    from pgcdc.watermark import ConsumerState
+
+_log = logging.getLogger(__name__)
+
+
+def pass_idle(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connection", identity: str,
+              tables: list["AttachedTable"]) -> dict[str, TableReport]:
+    """Pass every idle table of `tables` (see the module docstring): their reports, by name."""
+    consumer, root = job.settings.consumer, target_root(job.settings.target.root) + "/"
+    mirrors = mirrored(primary, consumer, [t.table_id for t in tables])
+    next_txid = int(primary.execute("select pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0])
+    bases: dict[int, tuple["AttachedTable", "ConsumerState", str]] = {}
+    candidates = [t for t in tables if t.table_id in mirrors and mirrors[t.table_id].target.startswith(root)]
+    if not candidates:
+        return {}
+    with reader.transaction():
+        reader.execute("set transaction isolation level repeatable read, read only")
+        current = columns_of(reader, [t.name for t in candidates])
+        for t in candidates:
+            m = mirrors[t.table_id]
+            known = job.known.get(t.table_id)
+            if known is None or known[1] != m.target:
+                state = read_state_file(job.spark, m.target, consumer)
+                known = None if state is None else (state, m.target)
+            if known is None:
+                continue
+            fp = fingerprint(t.name, t.key_columns, current[t.name])
+            base = idle_base(t, known[0], m, fp, identity, next_txid)
+            if base is not None:
+                bases[t.table_id] = (t, base, m.target)
+        snap = events.take_snapshot(reader)
+        queued = events.queued_txids(reader, {tid: base.watermark for tid, (_, base, _) in bases.items()})
+    out_of_order = job.settings.ingest.mode == "out_of_order"
+    passed: dict[str, TableReport] = {}
+    moved: list[tuple["ConsumerState", str]] = []
+    for tid, (t, base, path) in bases.items():
+        state = idle_move(base, queued[tid], snap, out_of_order)
+        if state is None:
+            continue
+        report = TableReport(t.name, path, watermark=state.watermark)
+        left = [(n, at) for txid, n, at in queued[tid] if txid not in state.out_of_order]
+        report.pending_events = sum(n for n, _ in left)
+        report.oldest_pending = min((at for _, at in left), default=None)
+        passed[t.name] = report
+        moved.append((state, path))
+    mirror_states(primary, moved)
+    for state, path in moved:
+        job.known[state.table_id] = (state, path)
+    if passed:
+        job.routine(f"{len(passed)} of {len(tables)} table(s) idle: nothing to apply; watermarks moved, "
+                    "their Delta tables not read")
+    return passed

@@ -1,0 +1,121 @@
+"""Passes over many tables against real PostgreSQL, Spark and Delta: a table with nothing to
+apply is passed without reading its Delta table (sync/idle.py), and whatever might make that
+wrong (a change, a column added, a long transaction, another run's commit) sends it down the
+full path instead."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgcdc.source import capture
+from pgcdc.sync.ingest import Job
+from pgcdc.sync.runs import run_job
+from fixtures.ingest import Syncer
+
+TABLES = [f"public.p{i}" for i in range(5)]
+
+
+def _setup(db: psycopg.Connection) -> None:
+    for name in TABLES:
+        db.execute(f"create table {name} (id int primary key, v text)")
+        capture.attach(db, name)
+        db.execute(f"insert into {name} select i, 'x' from generate_series(1, 20) i")
+
+
+def _idle_line(lines: list[str]) -> str:
+    return next((line for line in reversed(lines) if "table(s) idle" in line), "")
+
+
+def _hidden(syncer: Syncer, table: str) -> Path:
+    """Move the table's Delta log away: any read of that Delta table fails while it is gone."""
+    log = Path(syncer.path(table), "_delta_log")
+    return log.rename(log.with_name("_hidden_log"))
+
+
+def test_an_idle_table_is_passed_without_reading_its_delta_table(db: psycopg.Connection, syncer: Syncer) -> None:
+    _setup(db)
+    syncer.run()
+    db.execute("update public.p0 set v = 'changed' where id <= 3")
+    db.execute("insert into public.p4 values (100, 'new')")
+    hidden = [(name, _hidden(syncer, name)) for name in TABLES[1:4]]  # idle: nobody may read them
+    try:
+        reports = syncer.run()
+    finally:
+        for name, moved in hidden:
+            moved.rename(Path(syncer.path(name), "_delta_log"))
+    assert _idle_line(syncer.lines).startswith("3 of 5 table(s) idle"), syncer.lines[-8:]
+    assert reports["public.p0"].upserted == 3 and reports["public.p4"].upserted == 1
+    assert all(reports[name].batches == 0 and reports[name].pending_events == 0 for name in TABLES[1:4])
+    for name in TABLES:
+        syncer.assert_equal(name)
+    mirrored = dict(db.execute("select a.relid::regclass::text, s.watermark::text::bigint from pgcdc.consumer_state s "
+                               "join pgcdc.attached a using (table_id)").fetchall())
+    idle = {mirrored[name.removeprefix("public.")] for name in TABLES[1:4]}  # (moved in one statement)
+    assert idle == {reports[name].watermark for name in TABLES[1:4]} and len(idle) == 1, (mirrored, reports)
+
+
+def test_a_column_added_to_an_idle_table_takes_the_full_path_and_lands(db: psycopg.Connection,
+                                                                     syncer: Syncer) -> None:
+    _setup(db)
+    syncer.run()
+    db.execute("alter table public.p2 add column n int not null default 7")  # no row event: only DDL
+    reports = syncer.run()
+    assert _idle_line(syncer.lines).startswith("4 of 5 table(s) idle"), syncer.lines[-8:]
+    assert reports["public.p2"].copied == 20
+    assert "n" in syncer.delta("public.p2").columns
+    syncer.assert_equal("public.p2")
+
+
+@pytest.mark.parametrize("mode", ["strict", "out_of_order"])
+def test_a_long_transaction_on_an_idle_table_lands_once_it_commits(db: psycopg.Connection, dsn: str, spark,
+                                                                   tmp_path: Path, mode: str) -> None:
+    """One Job run after run (as a follower's), so what it knows of each table comes from memory."""
+    _setup(db)
+    syncer = Syncer(spark, dsn, tmp_path / "lake")
+    job = Job(syncer.settings(mode=mode), spark, syncer.lines.append)
+    try:
+        run_job(job)
+        with psycopg.connect(dsn) as long_tx:
+            long_tx.execute("insert into public.p1 values (500, 'long')")  # open: p1 has an event above txmin
+            db.execute("insert into public.p3 values (501, 'short')")
+            reports = {r.table: r for r in run_job(job)}
+            if mode == "strict":  # (p3's transaction began after the long one: above the txmin it holds back)
+                assert reports["public.p3"].upserted == 0 and reports["public.p3"].pending_events == 1
+            else:
+                assert reports["public.p3"].upserted == 1
+            assert reports["public.p1"].batches == 0  # (its event is not visible yet)
+            long_tx.commit()
+        reports = {r.table: r for r in run_job(job)}
+        assert reports["public.p1"].upserted == 1
+        assert reports["public.p3"].upserted == (1 if mode == "strict" else 0)
+        busy = 2 if mode == "strict" else 1
+        assert _idle_line(syncer.lines).startswith(f"{5 - busy} of 5 table(s) idle"), syncer.lines[-8:]
+        reports = {r.table: r for r in run_job(job)}  # nothing left anywhere
+        assert _idle_line(syncer.lines).startswith("5 of 5 table(s) idle"), syncer.lines[-8:]
+    finally:
+        job.close()
+    for name in TABLES:
+        syncer.assert_equal(name)
+
+
+def test_another_runs_commit_sends_a_table_known_idle_down_the_full_path(db: psycopg.Connection, dsn: str, spark,
+                                                                        tmp_path: Path) -> None:
+    """What a long-lived Job knows of a table goes stale when another run of the consumer commits
+    to it: the mirror then holds a later batch, and the table is read in full."""
+    _setup(db)
+    root = tmp_path / "lake"
+    syncer = Syncer(spark, dsn, root)
+    job = Job(syncer.settings(), spark, syncer.lines.append)
+    try:
+        run_job(job)
+        db.execute("delete from public.p2 where id = 5")
+        Syncer(spark, dsn, root).run()  # another run of the same consumer applies it
+        reports = {r.table: r for r in run_job(job)}
+        assert _idle_line(syncer.lines).startswith("4 of 5 table(s) idle"), syncer.lines[-8:]
+        assert reports["public.p2"].batches == 0
+    finally:
+        job.close()
+    syncer.assert_equal("public.p2")
