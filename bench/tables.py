@@ -1,0 +1,92 @@
+"""Passes over many small tables, measured side by side in one run (not a test; never fails on timing).
+
+    python -m bench.tables [--tables 200] [--rows 1000]
+
+On a throwaway PostgreSQL and local Spark (started once; JVM start excluded) it makes
+--tables tables of --rows rows in schema app, attaches the schema, then times one ingest
+run (run_job, in this process) for each of:
+
+- first sync of one table (consumer `one`, tables = ["app.t0000"]), the reference;
+- first sync of every table (consumer `all`, tables = ["app.*"]);
+- an idle pass, as a new process runs it (a new Job: what it knows of each table comes from
+  the state files) and as a follower runs it (the same Job again: from memory);
+- a pass with one changed row in each table.
+
+Follower lag over many tables: `python -m bench.lag --tables 200 --rows 1000 --rate 200`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+
+from pgcdc.localpg import LocalPostgres
+from pgcdc.settings import Settings
+from pgcdc.source import capture, schemas
+from pgcdc.spark.session import get_session
+from pgcdc.sync.ingest import Job
+from pgcdc.sync.runs import run_job
+
+
+def timed(what: str, work: Callable[[], object]) -> float:
+    began = time.perf_counter()
+    work()
+    seconds = time.perf_counter() - began
+    print(f"  {what:58s} {seconds:8.2f} s", flush=True)
+    return seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tables", type=int, default=200)
+    ap.add_argument("--rows", type=int, default=1000)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="pgcdc-bench-tables-"))
+    pg = LocalPostgres(Path(tempfile.mkdtemp(prefix="pgcdc-bench-pg-")))
+    names = [f"t{i:04d}" for i in range(args.tables)]
+    try:
+        pg.start()
+        dsn = pg.dsn()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            capture.install(conn)
+            conn.execute("create schema app")
+            for name in names:
+                conn.execute(f"create table app.{name} (id int primary key, n int, v text, at timestamptz)")
+                conn.execute(f"insert into app.{name} select i, i % 97, md5(i::text), now() "
+                             "from generate_series(1, %s) i", (args.rows,))
+            conn.execute("analyze")
+            schemas.attach_schema(conn, "app")
+        spark = get_session()
+
+        def job(consumer: str, tables: list[str]) -> Job:
+            return Job(Settings(source={"dsn": dsn}, target={"root": str(work / consumer)}, consumer=consumer,
+                                tables=tables), spark)
+
+        print(f"\n{args.tables} tables of {args.rows} rows, one ingest run each (JVM start excluded):", flush=True)
+        one = timed("first sync of one table", lambda: run_job(job("one", ["app.t0000"])))
+        first = timed(f"first sync of all {args.tables}", lambda: run_job(job("all", ["app.*"])))
+        fresh = timed("idle pass, new Job (state files)", lambda: run_job(job("all", ["app.*"])))
+        follower = job("all", ["app.*"])
+        run_job(follower)
+        kept = timed("idle pass, same Job again (a follower's: from memory)", lambda: run_job(follower))
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for name in names:
+                conn.execute(f"update app.{name} set v = 'changed' where id = 1")
+        changed = timed(f"one changed row in each of the {args.tables}", lambda: run_job(follower))
+        print(f"\nfirst sync of {args.tables} / first sync of one: {first / one:.1f}x (goal <= 8x)")
+        print(f"idle pass: {fresh:.2f} s new Job, {kept:.2f} s follower (goal <= 2 s)")
+        print(f"one change in each: {changed:.2f} s (goal <= 20 s)")
+        spark.stop()
+    finally:
+        pg.stop(remove=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
