@@ -45,6 +45,8 @@ def _play(params: Params, spark, dsn: str, tmp_path: Path, s3: S3Server | None =
     root = s3.root(f"{name}-{tmp_path.name}") if s3 else tmp_path / name
     schedule = Schedule(params, spark, dsn, root, tmp_path, spark_conf=s3.spark_conf() if s3 else None)
     diffs = schedule.play()
+    idle = [line for line in schedule.log if "table(s) idle" in line]
+    print(f"passes that left idle tables alone: {len(idle)}" + (f" (last: {idle[-1]})" if idle else ""))
     assert not diffs, (f"seed {params.seed} mode {params.mode}: Delta differs from PostgreSQL:\n" + "\n".join(diffs)
                        + "\nlast ingest output:\n" + "\n".join(schedule.log[-15:]))
 

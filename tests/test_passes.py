@@ -119,3 +119,35 @@ def test_another_runs_commit_sends_a_table_known_idle_down_the_full_path(db: psy
     finally:
         job.close()
     syncer.assert_equal("public.p2")
+
+
+def test_a_small_tables_copy_is_written_by_the_driver_and_a_resync_replaces_every_file(
+        db: psycopg.Connection, syncer: Syncer, monkeypatch: pytest.MonkeyPatch) -> None:
+    from delta.tables import DeltaTable
+
+    from pgcdc.sync import plan
+    from pgcdc.sync.runs import resync
+    from fixtures.ingest import driver_writes
+
+    wrote = driver_writes(monkeypatch)
+    _setup(db)
+    syncer.run(tables=["public.p0", "public.p1"])
+    assert wrote == [1, 1]  # (one file each, written by the driver)
+    db.execute("update public.p0 set v = 'changed' where id % 2 = 0")
+    db.execute("delete from public.p0 where id > 15")
+    syncer.run(tables=["public.p0", "public.p1"])
+    wrote.clear()
+    resync(syncer.settings(), ["public.p0"], syncer.spark)
+    assert wrote == [1]
+    history = DeltaTable.forPath(syncer.spark, syncer.path("public.p0")).history(1).collect()[0]
+    assert history["operation"] == "WRITE" and history["operationParameters"]["mode"] == "Overwrite"
+    live = syncer.spark.read.format("delta").load(syncer.path("public.p0")).inputFiles()
+    assert len(live) == 1, live  # every earlier file removed
+    assert history["operationMetrics"]["numOutputRows"] == "15"
+    syncer.assert_equal("public.p0")
+    monkeypatch.setattr(plan, "SMALL_TABLE", 0)  # every table big: Spark copies
+    wrote.clear()
+    syncer.run(tables=["public.p2"])
+    assert wrote == []
+    for name in ("public.p0", "public.p1", "public.p2"):
+        syncer.assert_equal(name)

@@ -7,8 +7,8 @@
   would (engines/fast/__init__.py, `unfit`).
 
 `choose` alone decides which engine applies a table, and says why. Both engines share
-the rest: the whole-table copy (target.overwrite) and the committed state read from the
-table's log as files (tablelog).
+the rest: the whole-table copy (target.overwrite; the fast engine writes a small table's copy
+itself, `Engine.copy`) and the committed state read from the table's log as files (tablelog).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pgcdc.lake import tablelog
 if TYPE_CHECKING:
     import psycopg
     from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
 
     from pgcdc.lake.target import Written
     from pgcdc.settings import IngestSettings
@@ -53,11 +54,30 @@ class BatchWork:
     before_commit: Callable[[], None]
 
 
+@dataclass
+class CopyWork:
+    """A whole-table copy an engine may make itself: `rows` reads every row in the copy's
+    snapshot (values in `schema`'s column order; None if psycopg has no Python value for
+    one); `before_commit` runs right before the commit."""
+
+    spark: "SparkSession"
+    path: str
+    rows: "Callable[[], list[tuple[Any, ...]] | None]"
+    schema: "StructType"
+    key_columns: list[str]
+    state: "ConsumerState"
+    before_commit: Callable[[], None]
+
+
 class Engine(Protocol):
     name: str
 
     def apply(self, work: BatchWork) -> "Written":
         """Apply the batch in one Delta commit carrying `work.state`."""
+
+    def copy(self, work: CopyWork) -> "Written | None":
+        """Copy a small table in one commit carrying `work.state`, or None (nothing written):
+        Spark's overwrite (target.overwrite) copies it."""
 
     def finish(self, path: str) -> None:
         """After a run's last batch of the table (its own files beside the table)."""

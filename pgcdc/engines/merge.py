@@ -29,7 +29,7 @@ from pgcdc.source import enrich
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-    from pgcdc.engines import BatchWork
+    from pgcdc.engines import BatchWork, CopyWork
 
 
 def _concurrent(exc: Exception) -> bool:
@@ -83,6 +83,10 @@ class MergeEngine:
         finally:
             source.unpersist()
         return last_commit(spark, path, state)
+
+    def copy(self, work: "CopyWork") -> Written | None:
+        """Every copy is Spark's overwrite (public API only)."""
+        return None
 
     def finish(self, path: str) -> None:
         """Nothing of its own beside the table."""

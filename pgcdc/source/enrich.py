@@ -305,6 +305,17 @@ def fetch_rows(conn: psycopg.Connection, t: AttachedTable, columns: list[Column]
         return None
 
 
+def fetch_table(conn: psycopg.Connection, t: AttachedTable, columns: list[Column]) -> list[tuple[object, ...]] | None:
+    """Every row of the table (its predicate's), read into the driver in the connection's open
+    transaction, the copy's snapshot (driver_copy); None where psycopg has no Python value for
+    one: Spark reads them. (In a savepoint: a refused value leaves the snapshot usable.)"""
+    try:
+        with conn.transaction():
+            return conn.execute(copy_query(t, columns, 0, None)).fetchall()
+    except psycopg.DataError:
+        return None
+
+
 REPLAY_WAIT_SECONDS = 60
 
 

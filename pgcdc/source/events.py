@@ -12,11 +12,13 @@ same selection with `Batch.filter_sql()`, so keys never pass through the driver.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
 
+from pgcdc.errors import TargetError
 from pgcdc.watermark import ConsumerState, TxidSet
 
 
@@ -170,6 +172,21 @@ def visible_at_or_above(conn: psycopg.Connection, table_id: int, snap: Snapshot)
                         "where q.table_id = %s and q.txid >= %s::text::xid8 order by 1",
                         (table_id, str(snap.txmin))).fetchall()
     return _ranges_between_gaps([r[0] for r in rows], snap)
+
+
+def wait_for_txmin(reader: psycopg.Connection, txmin: int, role: str, timeout: float = 60) -> None:
+    """Wait until the reader's snapshots have reached `txmin` (a standby replays the primary
+    with a lag); fail naming the lag after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with reader.transaction():
+            now = take_snapshot(reader).txmin
+        if now >= txmin:
+            return
+        if time.monotonic() > deadline:
+            raise TargetError(f"{role} is behind the primary (its txmin {now} < {txmin} after {timeout:.0f} s); "
+                              "check its replication and run again")
+        time.sleep(0.25)
 
 
 def queued_txids(reader: psycopg.Connection, watermarks: dict[int, int]) -> dict[int, list[tuple[int, int, datetime]]]:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from pgcdc import faults
-from pgcdc.engines import BatchWork, Chooser, Engine
+from pgcdc.engines import BatchWork, Chooser, CopyWork, Engine
 from pgcdc.errors import TargetError
 from pgcdc.lake import catalog, tablelog, target
 from pgcdc.lake.state import committed_batch, load_state, read_state_file, write_state_file
@@ -34,7 +34,8 @@ from pgcdc.source.mirror import mark_committing, mirror_state, mirrored, registe
 from pgcdc.source.sessions import RunSource, SourceConnections, run_source
 from pgcdc.spark import storage
 from pgcdc.sync import compact
-from pgcdc.sync.plan import check_state, columns_changed, copy_reason, next_step, table_path, with_mirror
+from pgcdc.sync.plan import (check_state, columns_changed, copy_on_driver, copy_reason, next_step, table_path,
+                             with_mirror)
 from pgcdc.sync.report import UNDEFINED_COLUMN, TableReport, first_line, source_state
 from pgcdc.watermark import ConsumerState
 
@@ -125,7 +126,7 @@ class Job:
         if why is not None:
             self.say(f"{t.name}: {why}: copying the table again")
             self.copy_table(primary, reader, jdbc, identity, t, columns, path, report,
-                            committed_batch(self.spark, path, s.consumer) or 0)
+                            committed_batch(self.spark, path, s.consumer) or 0, choice.engine)
         mirror = mirrored(primary, s.consumer, [t.table_id]).get(t.table_id)
         quick = read_state_file(self.spark, path, s.consumer)
         if quick is not None:
@@ -142,7 +143,7 @@ class Job:
         if state is not None:
             state = with_mirror(state, mirror)
         if state is None:
-            state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, 0)
+            state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, 0, choice.engine)
         check_state(primary, state, identity, t, path)
 
         start: events.Snapshot | None = None
@@ -161,7 +162,8 @@ class Job:
             step = next_step(batch, rows, s.ingest.recopy_fraction)
             if step.kind == "copy":
                 self.say(f"{t.name}: batch holds {step.why}: copying the table instead of applying the batch")
-                state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, state.batch)
+                state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, state.batch,
+                                        choice.engine)
                 report.events += batch.events
                 report.batches += 1
             elif step.kind == "pass":
@@ -177,7 +179,8 @@ class Job:
                     self.say(f"{t.name}: its columns changed while this run read it ({changed}): copying the "
                              "table again")
                     columns = table_columns(reader, t.name)
-                    state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, state.batch)
+                    state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, state.batch,
+                                        choice.engine)
                     report.events += batch.events
                     report.batches += 1
             if batch.next_txid is None or batch.next_txid >= self.horizon(start):  # (None: caught up)
@@ -251,8 +254,9 @@ class Job:
 
     def copy_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], identity: str,
                    t: AttachedTable, columns: list[Column], path: str, report: TableReport,
-                   last_batch: int) -> ConsumerState:
-        """Copy the whole table (first sync or resync), replacing the Delta table's contents.
+                   last_batch: int, engine: Engine | None = None) -> ConsumerState:
+        """Copy the whole table (first sync or resync), replacing the Delta table's contents;
+        a small one by `engine` itself where it can (plan.copy_on_driver, Engine.copy).
 
         All JDBC partitions read in one exported snapshot, whose txmin becomes the
         watermark: changes the snapshot does not show are in the queue above it, which keeps
@@ -261,7 +265,8 @@ class Job:
         deadline = time.monotonic() + 60
         while True:
             try:
-                return self._copy(primary, reader, jdbc, identity, t, columns, path, report, last_batch, registered)
+                return self._copy(primary, reader, jdbc, identity, t, columns, path, report, last_batch, registered,
+                                  engine)
             except _Behind as behind:
                 # a standby's snapshot xmin can move back: a transaction's xid becomes known to it
                 # only with the transaction's first WAL record; wait again, then take a new snapshot
@@ -272,55 +277,51 @@ class Job:
 
     def _copy(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], identity: str,
               t: AttachedTable, columns: list[Column], path: str, report: TableReport, last_batch: int,
-              registered: int) -> ConsumerState:
+              registered: int, engine: Engine | None) -> ConsumerState:
         """copy_table's copy in one snapshot of the reader, which must have reached `registered`."""
-        self.wait_for_reader(reader, registered)
+        events.wait_for_txmin(reader, registered, self.settings.source.reader_role)
         with reader.transaction():  # held open while Spark copies: the partitions share its snapshot
             reader.execute("set transaction isolation level repeatable read, read only")
             snap = events.take_snapshot(reader)
             if snap.txmin < registered:  # a standby that has not replayed the registration yet
                 raise _Behind(snap.txmin)
             exported = reader.execute("select pg_export_snapshot()").fetchone()[0]
-            relpages = reader.execute("select greatest(relpages, 1) from pg_class where oid = %s::regclass",
-                                      (t.name,)).fetchone()[0]
+            relpages, table_bytes = reader.execute("select greatest(relpages, 1), pg_table_size(oid) from pg_class "
+                                                   "where oid = %s::regclass", (t.name,)).fetchone()
             self.say(f"{t.name}: copying the whole table ({relpages} pages) ...")
-            rows = enrich.read_table(self.spark, jdbc, t, columns, self.settings.ingest.jdbc_partitions, relpages,
-                                     exported)
             # the transactions at or above txmin whose changes the snapshot shows are copied too
             applied = events.visible_at_or_above(reader, t.table_id, snap)
             state = ConsumerState(self.settings.consumer, t.name, t.table_id, identity, snap.txmin,
                                   batch=last_batch).next(snap.txmin, applied)
-            mark_committing(primary, state, path)  # after the snapshot the copy reads
-            faults.failpoint("before-copy-commit")
-            written = target.overwrite(self.spark, path, rows, state)
+
+            def before_commit() -> None:
+                mark_committing(primary, state, path)  # after the snapshot the copy reads
+                faults.failpoint("before-copy-commit")
+            written = None
+            if engine is not None and copy_on_driver(table_bytes, engine.name):
+                written = engine.copy(CopyWork(self.spark, path, lambda: enrich.fetch_table(reader, t, columns),
+                                               self.source_schema(jdbc, t, columns), t.key_columns, state,
+                                               before_commit))
+            if written is None:
+                rows = enrich.read_table(self.spark, jdbc, t, columns, self.settings.ingest.jdbc_partitions,
+                                         relpages, exported)
+                before_commit()
+                written = target.overwrite(self.spark, path, rows, state)
         self.committed(primary, path, state, written, copied=True)
         report.copied = written.upserted
         return state
-
-    def wait_for_reader(self, reader: psycopg.Connection, txmin: int, timeout: float = 60) -> None:
-        """Wait until the reader's snapshots have reached `txmin` (a standby replays the primary
-        with a lag); fail naming the lag after `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            with reader.transaction():
-                now = events.take_snapshot(reader).txmin
-            if now >= txmin:
-                return
-            if time.monotonic() > deadline:
-                raise TargetError(f"{self.settings.source.reader_role} is behind the primary (its txmin {now} < {txmin} after "
-                                  f"{timeout:.0f} s); check its replication and run again")
-            time.sleep(0.25)
 
     def resync_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
                      identity: str, t: AttachedTable) -> TableReport:
         """Copy one table again from scratch (runs.resync_tables goes over the tables)."""
         s = self.settings
         path, recorded, report, columns = self.open_table(primary, reader, t)
-        last = 0
+        last, engine = 0, None
         if target.is_delta(self.spark, path):
             target.check_owner(self.spark, path, s.consumer, None if recorded else t.name)
             last = committed_batch(self.spark, path, s.consumer) or 0
-        state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, last)
+            engine = self.chooser.choose(path).engine
+        state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, last, engine)
         return self.finish(primary, reader, state, path, report, columns=fingerprint(t.name, t.key_columns, columns))
 
     def apply_batch(self, engine: Engine, primary: psycopg.Connection, reader: psycopg.Connection,

@@ -1,6 +1,6 @@
 """Deciding what a table needs, apart from doing it (pgcdc/sync/ingest.py does it): where its
 Delta table lies (`table_path`), whether its committed state can be trusted (`check_state`),
-a copy before any batch (`copy_reason`), for each planned batch: apply it, copy the table
+a copy before any batch (`copy_reason`) and who writes it (`copy_on_driver`), for each planned batch: apply it, copy the table
 instead, or only move the watermark (`next_step`), and after its batches a compaction of its
 small files (`compact_reason`); and whether a pass may leave a table alone without reading
 its Delta table (`idle_base`, `idle_move`; pgcdc/sync/idle.py does it)."""
@@ -17,6 +17,7 @@ from pgcdc.source.mirror import committing_batch, recorded_target, resync_reason
 from pgcdc.watermark import TxidSet
 
 SMALL_FILE = 32 * 1024 * 1024  # bytes: a data file under this is small (Delta's OPTIMIZE aims at 1 GiB files)
+SMALL_TABLE = 16 * 1024 * 1024  # bytes (pg_table_size): a table this small may be copied by the driver
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -82,6 +83,14 @@ def columns_changed(spark: "SparkSession", settings: "Settings", t: "AttachedTab
                           f"`pgcdc resync {t.name}` to copy the table again (or set ingest.on_schema_change "
                           f"= \"copy\" to have runs do it)")
     return changed
+
+
+def copy_on_driver(table_bytes: int, engine: str) -> bool:
+    """Whether a copy of a table of `table_bytes` (pg_table_size) is offered to the engine to
+    write on the driver (Engine.copy; it may still leave it to Spark): a small table, whose
+    rows fit in the driver's memory many times over, with the fast engine (the merge engine
+    uses Delta's public API alone)."""
+    return engine == "fast" and table_bytes <= SMALL_TABLE
 
 
 def compact_reason(log: "LogState", compact_files: int) -> str | None:

@@ -6,7 +6,8 @@ Delta or JVM call pgcdc makes lives in this subpackage:
 - deltalog.py: what the transaction reads from the Delta log (checksum answers);
 - driver_marks.py, key_index.py: a batch's old rows found on the driver (no Spark job);
 - driver_write.py: a small batch's rows written as one Parquet file by the driver, with
-  the statistics Delta's writer would collect (file_stats.py).
+  the statistics Delta's writer would collect (file_stats.py);
+- driver_copy.py: a small table's whole copy written the same way, in one overwrite commit.
 
 It runs only where it was proven to write what Delta itself would (`untested`, `unfit`);
 `pgcdc.engines.Chooser` gives every other table to the merge engine.
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
-from pgcdc.engines.fast import commit, driver_write, key_index
+from pgcdc.engines.fast import commit, driver_copy, driver_write, key_index
 from pgcdc.lake.paths import local_folder
 from pgcdc.source import enrich
 from pgcdc.spark.jvm import in_background
@@ -26,7 +27,7 @@ from pgcdc.spark.jvm import in_background
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from pgcdc.engines import BatchWork
+    from pgcdc.engines import BatchWork, CopyWork
     from pgcdc.lake.tablelog import LogState
     from pgcdc.lake.target import Written
 
@@ -105,6 +106,13 @@ class FastEngine:
         finally:
             # the reader connection is free again before anything else uses it
             wait([f for f in (rows, key_read) if f is not None])
+
+    def copy(self, work: "CopyWork") -> "Written | None":
+        """A small table's copy written by the driver (driver_copy), where it is local."""
+        if local_folder(work.path) is None:
+            return None
+        return driver_copy.copy(work.spark, work.path, work.rows, work.schema, work.key_columns, work.state,
+                                work.before_commit)
 
     def finish(self, path: str) -> None:
         """Drop the key indexes of data files VACUUM deleted."""

@@ -158,7 +158,7 @@ def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], vectors
     matched = dv_metrics.get("numModifiedRows", 0)
     deleted = min(matched, found.keys - upserted)
     updated = matched - deleted
-    _record_metrics(spark, txn, {
+    record_metrics(spark, txn, {
         "operationNumSourceRows": found.keys, "numOutputRows": upserted, "numTargetRowsCopied": 0,
         "numTargetRowsInserted": upserted - updated, "numTargetRowsUpdated": updated,
         "numTargetRowsDeleted": deleted, "numTargetRowsMatchedUpdated": updated,
@@ -174,7 +174,7 @@ def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], vectors
         "scanTimeMs": timing.scan_ms, "rewriteTimeMs": timing.write_ms, "materializeSourceTimeMs": 0,
         "executionTimeMs": int((time.monotonic() - timing.started) * 1000)})
     before_commit()
-    version = _commit(spark, path, txn, removals + written, state, _operation(spark, read.key_columns, found.bounds))
+    version = commit_actions(spark, path, txn, removals + written, state, _operation(spark, read.key_columns, found.bounds))
     return Written(version, upserted, deleted)
 
 
@@ -298,7 +298,7 @@ def _wide_stats(stats: str, deleted_before: int) -> str:
     return json.dumps(parsed, separators=(",", ":"))
 
 
-def _record_metrics(spark: "SparkSession", txn: Any, metrics: dict[str, int]) -> None:
+def record_metrics(spark: "SparkSession", txn: Any, metrics: dict[str, int]) -> None:
     """Operation metrics of the commit, shown by DESCRIBE HISTORY like a MERGE's. The metric
     objects (Spark accumulators) and their map are made once per session and thread and set
     anew for each commit (making them costs ~75 Py4J round trips)."""
@@ -312,7 +312,7 @@ def _record_metrics(spark: "SparkSession", txn: Any, metrics: dict[str, int]) ->
     txn.registerSQLMetrics(spark._jsparkSession, scala)
 
 
-def _commit(spark: "SparkSession", path: str, txn: Any, actions: list[Any], state: ConsumerState,
+def commit_actions(spark: "SparkSession", path: str, txn: Any, actions: list[Any], state: ConsumerState,
             operation: Any) -> int:
     """Commit the file actions with the consumer's txn mark and state, as `operation`; the new version."""
     mark = cls(spark, "org.apache.spark.sql.delta.actions.SetTransaction")(
