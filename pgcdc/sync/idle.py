@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from pgcdc.lake.paths import target_root
+from pgcdc.lake.paths import local_folder, target_root
 from pgcdc.lake.state import read_state_file
 from pgcdc.source import events
 from pgcdc.source.columns import columns_of, fingerprint
@@ -33,6 +33,13 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 
+def _log_present(path: str) -> bool:
+    """A local Delta table's log folder is still there (one stat: a table whose log or folder
+    someone deleted takes the full path, which says so); a remote one is not looked at."""
+    folder = local_folder(path)
+    return folder is None or (folder / "_delta_log").is_dir()
+
+
 def pass_idle(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connection", identity: str,
               tables: list["AttachedTable"]) -> dict[str, TableReport]:
     """Pass every idle table of `tables` (see the module docstring): their reports, by name."""
@@ -40,7 +47,8 @@ def pass_idle(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connec
     mirrors = mirrored(primary, consumer, [t.table_id for t in tables])
     next_txid = int(primary.execute("select pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0])
     bases: dict[int, tuple["AttachedTable", "ConsumerState", str]] = {}
-    candidates = [t for t in tables if t.table_id in mirrors and mirrors[t.table_id].target.startswith(root)]
+    candidates = [t for t in tables if t.table_id in mirrors and mirrors[t.table_id].target.startswith(root)
+                  and _log_present(mirrors[t.table_id].target)]
     if not candidates:
         return {}
     with reader.transaction():

@@ -43,7 +43,8 @@ def copy(spark: "SparkSession", path: str, rows: Callable[[], list[tuple[Any, ..
     if table is None:
         return None
     files = pylist(spark, read_all_files(txn))  # (read whole: a concurrent rewrite fails this commit)
-    added = driver_write.write(spark, txn, table, key_columns)
+    # (an empty table: no file, as Spark's overwrite of no rows)
+    added = driver_write.write(spark, txn, table, key_columns) if table.num_rows else []
     if added is None:
         return None
     removed = [f.remove() for f in files]
