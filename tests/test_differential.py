@@ -5,9 +5,12 @@ killed at random moments and at every failpoint (in-process, `pgcdc ingest` and
 
 `make test` plays a few fixed seeds, the modes and engines spread over them (CI time counts):
 odd seeds apply with the merge engine (half of them on copy-on-write tables), even ones with
-auto (the fast engine here); the plain schedules play merge/strict (11) and fast/out-of-order
-(12), the lifecycle schedule fast/strict (712), the object-storage one merge/out-of-order (911),
-the standby and follower ones fast/out-of-order. To soak:
+auto (the fast engine here); the plain schedule plays fast/out-of-order (12) here, merge/strict
+(11) on PostgreSQL 18 (scripts/pg18.sh) and merge/out-of-order (11) on the second Spark/Delta pair
+(scripts/compat.sh); the lifecycle schedule fast/strict (712), the object-storage one
+merge/out-of-order (911), the standby and follower ones fast/out-of-order. The bounded schedules
+play few ingest runs, at most one of them in a process of its own (a JVM start is ~15 s of CI
+time); soaks play more, any way. To soak:
 
     PGCDC_SOAK_MINUTES=30 PGCDC_SEED=1000 .venv/bin/pytest -m soak -s tests/test_differential.py
 
@@ -33,9 +36,11 @@ REPLAY = "PGCDC_SEED" in os.environ
 SEEDS = [int(os.environ["PGCDC_SEED"])] if REPLAY else [11, 12]
 MODES = ["out_of_order", "strict"]
 # (seed, mode) of the plain schedules: each of the fixed seeds in one mode, a re-played seed in both
-# The bounded tests play fewer ingest runs than a soak's schedule (Params.runs, 7): CI time counts.
-CI_RUNS = 5
-PLAIN = [(s, m) for s in SEEDS for m in MODES] if REPLAY else [(11, "strict"), (12, "out_of_order")]
+# The bounded tests play fewer ingest runs than a soak's schedule (Params.runs, 7), at most one
+# in a process of its own: CI time counts.
+CI_RUNS = 4
+CI = {"process_runs": 1}
+PLAIN = [(s, m) for s in SEEDS for m in MODES] if REPLAY else [(12, "out_of_order")]
 
 
 def _play(params: Params, spark, dsn: str, tmp_path: Path, s3: S3Server | None = None) -> None:
@@ -54,14 +59,14 @@ def _play(params: Params, spark, dsn: str, tmp_path: Path, s3: S3Server | None =
 @pytest.mark.slow
 @pytest.mark.parametrize("seed,mode", PLAIN)
 def test_delta_equals_postgres_after_a_random_schedule(spark, dsn: str, tmp_path: Path, seed: int, mode: str) -> None:
-    _play(Params.draw(seed, mode, runs=CI_RUNS), spark, dsn, tmp_path)
+    _play(Params.draw(seed, mode, runs=CI_RUNS, **CI), spark, dsn, tmp_path)
 
 
 @pytest.mark.slow
 def test_delta_equals_postgres_reading_through_a_hot_standby(spark, dsn: str, pg_standby, tmp_path: Path) -> None:
     seed = SEEDS[0] + 500
     standby = pg_standby.dsn(conninfo_to_dict(dsn)["dbname"])
-    _play(Params.draw(seed, "out_of_order", replica_dsn=standby, runs=3, engine="auto"), spark, dsn, tmp_path)
+    _play(Params.draw(seed, "out_of_order", replica_dsn=standby, runs=2, engine="auto", **CI), spark, dsn, tmp_path)
 
 
 @pytest.mark.slow
@@ -71,7 +76,7 @@ def test_delta_equals_postgres_on_object_storage(spark, dsn: str, s3_server: S3S
     table at a time on S3, docs/deploying.md)."""
     seed = SEEDS[0] + 900
     # (runs compact small files on S3 too: compact_files fixed low, whatever the seed draws)
-    _play(Params.draw(seed, "out_of_order", runs=3, compact_files=4), spark, dsn, tmp_path, s3_server)
+    _play(Params.draw(seed, "out_of_order", runs=2, compact_files=4, **CI), spark, dsn, tmp_path, s3_server)
 
 
 @pytest.mark.slow
@@ -80,7 +85,7 @@ def test_delta_equals_postgres_with_a_follower(spark, dsn: str, tmp_path: Path) 
     at random moments and started again, shares the consumer with compactions and other Delta
     writers, then alone catches up and stops on SIGTERM with exit 0."""
     seed = SEEDS[0] + 301
-    _play(Params.draw(seed, "out_of_order" if seed % 4 < 2 else "strict", follow=True, runs=3), spark, dsn, tmp_path)
+    _play(Params.draw(seed, "out_of_order" if seed % 4 < 2 else "strict", follow=True, runs=2), spark, dsn, tmp_path)
 
 
 @pytest.mark.slow
@@ -91,7 +96,7 @@ def test_delta_equals_postgres_through_a_tables_life(spark, dsn: str, tmp_path: 
     a table keyed by a domain over date (written under random DateStyle and TimeZone) is dropped
     and created again; status must say OK exactly when Delta equals PostgreSQL."""
     seed = SEEDS[0] + 700 + (mode == "strict")  # (712: the fast engine in strict mode)
-    _play(Params.draw(seed, mode, lifecycle=True, runs=5), spark, dsn, tmp_path)
+    _play(Params.draw(seed, mode, lifecycle=True, runs=4, **CI), spark, dsn, tmp_path)
 
 
 @pytest.mark.soak
