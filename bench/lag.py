@@ -152,7 +152,8 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="pgcdc-bench-lag-"))
     pg = LocalPostgres(Path(tempfile.mkdtemp(prefix="pgcdc-bench-pg-")), durable=args.durable,
-                       settings={"shared_buffers": "512MB"})
+                       settings={"shared_buffers": "512MB",  # (a writer connection per table)
+                                 "max_connections": str(max(100, args.tables + 50))})
     pg.start()
     tables = [f"t{i}" for i in range(args.tables)]
     stop = threading.Event()
