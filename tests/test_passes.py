@@ -30,9 +30,12 @@ def _idle_line(lines: list[str]) -> str:
 
 
 def _hidden(syncer: Syncer, table: str) -> Path:
-    """Move the table's Delta log away: any read of that Delta table fails while it is gone."""
+    """Move the table's Delta log away, leaving its folder empty: any read of that Delta table
+    fails while it is gone (only a missing folder is seen without reading, sync/idle.py)."""
     log = Path(syncer.path(table), "_delta_log")
-    return log.rename(log.with_name("_hidden_log"))
+    moved = log.rename(log.with_name("_hidden_log"))
+    log.mkdir()
+    return moved
 
 
 def test_an_idle_table_is_passed_without_reading_its_delta_table(db: psycopg.Connection, syncer: Syncer) -> None:
@@ -45,6 +48,7 @@ def test_an_idle_table_is_passed_without_reading_its_delta_table(db: psycopg.Con
         reports = syncer.run()
     finally:
         for name, moved in hidden:
+            Path(syncer.path(name), "_delta_log").rmdir()
             moved.rename(Path(syncer.path(name), "_delta_log"))
     assert _idle_line(syncer.lines).startswith("3 of 5 table(s) idle"), syncer.lines[-8:]
     assert reports["public.p0"].upserted == 3 and reports["public.p4"].upserted == 1
