@@ -80,6 +80,12 @@ class ConsumerState:
             ooo = ooo.at_or_above(wm)
         return replace(self, watermark=wm, out_of_order=ooo, batch=self.batch + 1, run_id=uuid.uuid4().hex)
 
+    def passed(self, watermark: int, applied_above: "TxidSet | None" = None) -> "ConsumerState":
+        """The state once a batch without events is passed (nothing committed to Delta): the same
+        batch number and run; only the watermark may move up."""
+        moved = self.next(watermark, applied_above or TxidSet())
+        return replace(moved, batch=self.batch, run_id=self.run_id)
+
     def to_json(self) -> str:
         return json.dumps({"pgcdc_state": STATE_FORMAT, "consumer": self.consumer, "table": self.table,
                            "table_id": self.table_id, "system_id": self.system_id, "watermark": self.watermark,

@@ -257,3 +257,20 @@ def test_newest_version_of_a_local_log_follows_commits_and_a_table_made_again(tm
     shutil.rmtree(tmp_path / "t")
     commit(*range(13))
     assert latest_version(None, path) == 12  # type: ignore[arg-type]
+
+
+def test_unapplied_counts_only_events_above_the_watermark_outside_the_out_of_order_set() -> None:
+    """An idle pass counts what is left from rows it read before moving the watermark: rows the
+    move swallowed (below the new watermark) are not pending."""
+    from datetime import datetime, timezone
+
+    from pgcdc.source.events import unapplied
+
+    at = [datetime(2026, 1, 1, 0, 0, i, tzinfo=timezone.utc) for i in range(4)]
+    base = ConsumerState("c", "public.t", 1, "sys", watermark=100, out_of_order=TxidSet.of([(105, 105)]), batch=3)
+    rows = [(105, 2, at[0]), (112, 1, at[1]), (120, 4, at[2])]
+    assert unapplied(rows, base) == (5, at[1])
+    moved = base.passed(110)  # (as an idle pass moves it: 105 swallowed by the watermark)
+    assert (moved.watermark, moved.out_of_order, moved.batch, moved.run_id) == (110, TxidSet(), 3, base.run_id)
+    assert unapplied([(105, 2, at[0])], moved) == (0, None)
+    assert unapplied(rows, moved) == (5, at[1])

@@ -212,5 +212,11 @@ def pending(reader: psycopg.Connection, state: ConsumerState) -> tuple[int, date
     rows = reader.execute("select q.txid::text::bigint, count(*), min(q.at) from pgcdc.commit_queue q "
                           "where q.table_id = %s and q.txid >= %s::text::xid8 group by 1",
                           (state.table_id, str(state.watermark))).fetchall()
-    left = [(n, at) for txid, n, at in rows if txid not in state.out_of_order]
+    return unapplied(rows, state)
+
+
+def unapplied(rows: list[tuple[int, int, datetime]], state: ConsumerState) -> tuple[int, datetime | None]:
+    """Of queued (txid, events, first queued at) rows, the events `state` has not applied (at or
+    above its watermark, outside its out-of-order set), and when the oldest was queued."""
+    left = [(n, at) for txid, n, at in rows if txid >= state.watermark and txid not in state.out_of_order]
     return sum(n for n, _ in left), min((at for _, at in left), default=None)

@@ -76,9 +76,7 @@ def pass_idle(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connec
         if state is None:
             continue
         report = TableReport(t.name, path, watermark=state.watermark)
-        left = [(n, at) for txid, n, at in queued[tid] if txid not in state.out_of_order]
-        report.pending_events = sum(n for n, _ in left)
-        report.oldest_pending = min((at for _, at in left), default=None)
+        report.pending_events, report.oldest_pending = events.unapplied(queued[tid], state)
         passed[t.name] = report
         moved.append((state, path))
     mirror_states(primary, moved)

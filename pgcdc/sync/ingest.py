@@ -386,7 +386,5 @@ class Job:
 
 
 def _moved(state: ConsumerState, batch: events.Batch | None) -> ConsumerState:
-    """The state once a batch without events (or none) is passed: nothing to commit to Delta,
-    the same batch number; only the watermark may move up."""
-    return state if batch is None else replace(batch.next_state(state), batch=state.batch, run_id=state.run_id)
-
+    """The state once a batch without events (or none) is passed (ConsumerState.passed)."""
+    return state if batch is None else state.passed(batch.hi, batch.extra)

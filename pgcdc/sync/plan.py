@@ -14,7 +14,6 @@ from pgcdc.errors import TargetError
 from pgcdc.lake import tablelog, target
 from pgcdc.lake.paths import target_path, target_root
 from pgcdc.source.mirror import committing_batch, recorded_target, resync_reason, target_holder
-from pgcdc.watermark import TxidSet
 
 SMALL_FILE = 32 * 1024 * 1024  # bytes: a data file under this is small (Delta's OPTIMIZE aims at 1 GiB files)
 SMALL_TABLE = 16 * 1024 * 1024  # bytes (pg_table_size): a table this small may be copied by the driver
@@ -126,17 +125,21 @@ def idle_base(t: "AttachedTable", known: "ConsumerState", m: "Mirrored", columns
     table had no events in, and that is the base."""
     if known.columns != columns or known.table_id != t.table_id or known.system_id != identity:
         return None
-    if m.resync or m.batch != known.batch or m.committing not in (None, known.batch) or known.watermark > next_txid:
+    if m.resync or not _agrees(known, m) or known.watermark > next_txid:
         return None
     return with_mirror(known, m)
 
 
+def _agrees(state: "ConsumerState", m: "Mirrored") -> bool:
+    """The mirror holds the state's batch and no later commit was started."""
+    return m.batch == state.batch and m.committing in (None, state.batch)
+
+
 def with_mirror(state: "ConsumerState", m: "Mirrored | None") -> "ConsumerState":
-    """The committed `state`, moved up to the mirror's watermark if the mirror holds the same batch
-    and no later commit was started: idle passes move the mirror alone, over txids in which the
-    table had no events, so the state file may lag it (and what a run prints never goes down)."""
-    if m is None or m.batch != state.batch or m.committing not in (None, state.batch) \
-            or m.watermark <= state.watermark:
+    """The committed `state`, moved up to the mirror's watermark if the mirror agrees with it
+    (`_agrees`): idle passes move the mirror alone, over txids in which the table had no events,
+    so the state file may lag it (and what a run prints never goes down)."""
+    if m is None or not _agrees(state, m) or m.watermark <= state.watermark:
         return state
     return replace(state, watermark=m.watermark, out_of_order=m.out_of_order)
 
@@ -150,7 +153,7 @@ def idle_move(base: "ConsumerState", queued: list[tuple[int, int, "datetime"]], 
     top = max(base.watermark, snap.txmin)
     if any(txid not in base.out_of_order and (out_of_order or txid < top) for txid, _, _ in queued):
         return None
-    return replace(base.next(top, TxidSet()), batch=base.batch, run_id=base.run_id)
+    return base.passed(top)
 
 
 def check_state(primary: "psycopg.Connection", state: "ConsumerState", identity: str, t: "AttachedTable",
