@@ -150,6 +150,26 @@ alter table pgcdc.attached add column if not exists table_name text;
 alter table pgcdc.consumer add column if not exists lock_key int;
 alter table pgcdc.consumer add column if not exists lock_pid int;
 
+-- The workers of a consumer (sql/functions/worker_lock.sql): each ingest process sharing the
+-- consumer's tables, its backend and the random advisory key that backend holds while it works.
+create table if not exists pgcdc.consumer_worker (
+    consumer text not null references pgcdc.consumer (name) on delete cascade,
+    pid      int not null,
+    lock_key int not null,
+    worker   text not null,
+    since    timestamptz not null default now(),
+    primary key (consumer, pid)
+);
+-- Per-table leases of a consumer's workers: a table is applied by the worker (backend `pid`)
+-- whose row this is while that worker is alive (pgcdc._worker_alive).
+create table if not exists pgcdc.table_lease (
+    consumer text not null references pgcdc.consumer (name) on delete cascade,
+    table_id int not null,
+    pid      int not null,
+    since    timestamptz not null default now(),
+    primary key (consumer, table_id)
+);
+
 -- Each consumer's `tables` setting (names and patterns, pgcdc.source.selection) as its last run
 -- gave it: `pgcdc status` names each table a consumer should sync and does not. '{}': every
 -- attached table; null: not known (no run since the consumer was registered).

@@ -27,6 +27,26 @@ begin
 end
 $schemas$;
 
+-- schema v8 added workers (pgcdc.consumer_worker, pgcdc.table_lease and their functions): readers
+-- are granted them as pgcdc.grant does; admins keep all rights
+do $workers$
+declare
+    g record;
+begin
+    for g in select to_regrole(role_name) as r, kind from pgcdc.grantee where to_regrole(role_name) is not null loop
+        if g.kind = 'reader' then
+            execute format('grant select, insert, update, delete on pgcdc.consumer_worker, pgcdc.table_lease to %s', g.r);
+            execute format('grant execute on function pgcdc.worker_lock(text, text), pgcdc.worker_unlock(text), '
+                           'pgcdc.table_lock(text, int[]), pgcdc.table_unlock(text, int[]), '
+                           'pgcdc._worker_alive(text, int), pgcdc._workers(text) to %s', g.r);
+        else
+            execute format('grant all on pgcdc.consumer_worker, pgcdc.table_lease to %s', g.r);
+            execute format('grant execute on all functions in schema pgcdc to %s', g.r);
+        end if;
+    end loop;
+end
+$workers$;
+
 update pgcdc.attached a set table_name = a.relid::text
  where a.table_name is null and exists (select 1 from pg_class c where c.oid = a.relid);
 

@@ -62,11 +62,12 @@ def test_stalled_consumer_is_marked_for_resync_and_recovers_exact(db: psycopg.Co
     assert status_report(db)[1]
 
 
-def test_running_consumer_is_never_marked(db: psycopg.Connection, dsn: str) -> None:
+@pytest.mark.parametrize("lease", ["whole", "worker"])
+def test_running_consumer_is_never_marked(db: psycopg.Connection, dsn: str, lease: str) -> None:
     db.execute("create table t (id int primary key, v text)")
     t = capture.attach(db, "t")
     with psycopg.connect(dsn, autocommit=True) as running:
-        consumers.lock(running, "busy")
+        (consumers.lock if lease == "whole" else consumers.join)(running, "busy")
         db.execute("insert into pgcdc.consumer_state (consumer, table_id, target, watermark, batch) "
                    "values ('busy', %s, '/x', '1', 1)", (t.table_id,))
         db.execute("insert into t values (1, 'a')")

@@ -8,7 +8,8 @@ odd seeds apply with the merge engine (half of them on copy-on-write tables), ev
 auto (the fast engine here); the plain schedule plays fast/out-of-order (12) here, merge/strict
 (11) on PostgreSQL 18 (scripts/pg18.sh) and merge/out-of-order (11) on the second Spark/Delta pair
 (scripts/compat.sh); the lifecycle schedule fast/strict (712), the object-storage one
-merge/out-of-order (911), the standby and follower ones fast/out-of-order. The bounded schedules
+merge/out-of-order (911), the standby and follower ones fast/out-of-order (the follower schedule
+with two workers sharing the consumer). The bounded schedules
 play few ingest runs, at most one of them in a process of its own (a JVM start is ~15 s of CI
 time); soaks play more, any way. To soak:
 
@@ -75,17 +76,21 @@ def test_delta_equals_postgres_on_object_storage(spark, dsn: str, s3_server: S3S
     engine: auto gives it remote tables); other writers act between runs only (one writer per
     table at a time on S3, docs/deploying.md)."""
     seed = SEEDS[0] + 900
-    # (runs compact small files on S3 too: compact_files fixed low, whatever the seed draws)
-    _play(Params.draw(seed, "out_of_order", runs=2, compact_files=4, **CI), spark, dsn, tmp_path, s3_server)
+    # (runs compact small files on S3 too: compact_files fixed low, whatever the seed draws; batches
+    # are not cut small: a MERGE on S3 costs seconds, and small batches are the other schedules')
+    _play(Params.draw(seed, "out_of_order", runs=2, compact_files=4, max_events_per_batch=10_000, **CI),
+          spark, dsn, tmp_path, s3_server)
 
 
 @pytest.mark.slow
 def test_delta_equals_postgres_with_a_follower(spark, dsn: str, tmp_path: Path) -> None:
-    """The follower schedule: `pgcdc ingest --follow` runs all through the writers, is SIGKILLed
-    at random moments and started again, shares the consumer with compactions and other Delta
-    writers, then alone catches up and stops on SIGTERM with exit 0."""
+    """The follower schedule: two workers of one consumer (`pgcdc ingest --follow` each, sharing its
+    tables through per-table leases) run all through the writers, are SIGKILLed at random moments
+    and started again, share the consumer with compactions and other Delta writers, then alone
+    catch up and stop on SIGTERM with exit 0."""
     seed = SEEDS[0] + 301
-    _play(Params.draw(seed, "out_of_order" if seed % 4 < 2 else "strict", follow=True, runs=2), spark, dsn, tmp_path)
+    _play(Params.draw(seed, "out_of_order" if seed % 4 < 2 else "strict", follow=True, runs=2, workers=2),
+          spark, dsn, tmp_path)
 
 
 @pytest.mark.slow

@@ -169,7 +169,7 @@ def test_second_concurrent_run_is_refused(db: psycopg.Connection, syncer, dsn: s
     capture.attach(db, "t")
     with psycopg.connect(dsn, autocommit=True) as other:  # stands in for a running job of the consumer
         consumers.lock(other, "test")
-        with pytest.raises(BusyError, match="another pgcdc ingest for consumer test is running"):
+        with pytest.raises(BusyError, match="another pgcdc run holds consumer test whole"):
             syncer.run()
     syncer.run()
 

@@ -80,7 +80,7 @@ def test_a_second_run_exits_busy_before_spark_starts(db: psycopg.Connection, syn
         for command in (["ingest"], ["ingest", "--follow"]):
             proc = _pgcdc(cfg, *command)
             assert proc.returncode == errors.BUSY, proc.stderr[-2000:]
-            assert "another pgcdc ingest for consumer test is running" in proc.stderr
+            assert "another pgcdc run holds consumer test whole" in proc.stderr
             assert "ivy" not in proc.stderr.lower() and "spark" not in proc.stderr.lower(), proc.stderr[-2000:]
         print(f"two refused runs took {time.monotonic() - started:.1f} s")  # (the lock is tried for 5 s each)
 

@@ -8,6 +8,8 @@ is gone would pin the queue until it is dropped or falls past the retention limi
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +20,7 @@ from psycopg.types.json import Jsonb
 from pgcdc.errors import BusyError, ConfigError, TableError
 
 LOCK_TRIES = 20  # x 0.25 s: pgcdc.maintain() holds a consumer's lock for a moment while it marks it
+WORKER = f"{socket.gethostname()}:{os.getpid()}"  # this process, as status names a worker
 
 
 @dataclass(frozen=True)
@@ -48,10 +51,57 @@ def lock(conn: psycopg.Connection, name: str) -> None:
                     "wait for it to finish (runs of one consumer never overlap)")
 
 
-def release(conn: psycopg.Connection) -> None:
-    """End this session's lease before the connection ends (a follower keeps its connections
-    between runs, and is not running in between): its advisory key is the only one a pgcdc
-    session holds."""
+def join(conn: psycopg.Connection, name: str) -> None:
+    """Join the consumer as one of its workers for the life of the connection (autocommit), or
+    fail while a run holds its whole lease (`lock`: a restore's reset-watermark). Workers share
+    the consumer's tables through per-table leases (`lease`; sql/functions/worker_lock.sql)."""
+    for _ in range(LOCK_TRIES):
+        if conn.execute("select pgcdc.worker_lock(%s, %s)", (name, WORKER)).fetchone()[0]:
+            return
+        time.sleep(0.25)
+    holder = conn.execute("select pgcdc.consumer_holder(%s)", (name,)).fetchone()[0] or "a backend that just ended"
+    raise BusyError(f"another pgcdc run holds consumer {name} whole ({holder}): a reset-watermark; wait for it "
+                    "to finish and run again")
+
+
+def lease(conn: psycopg.Connection, name: str, table_ids: list[int]) -> set[int]:
+    """Lease the tables to this session's worker of the consumer (`join` first): the ids it
+    holds now; the others are another live worker's."""
+    if not table_ids:
+        return set()
+    return {r[0] for r in conn.execute("select pgcdc.table_lock(%s, %s::int[])", (name, table_ids))}
+
+
+def lease_waiting(conn: psycopg.Connection, name: str, table_id: int, table: str, wait: float) -> None:
+    """Lease one table, waiting up to `wait` seconds while another worker applies it (BusyError
+    naming that worker after)."""
+    deadline = time.monotonic() + wait
+    while not lease(conn, name, [table_id]):
+        if time.monotonic() > deadline:
+            holder = holders(conn, name).get(table_id, "a worker that just ended")
+            raise BusyError(f"{table}: worker {holder} of consumer {name} is applying it; run again once it is done")
+        time.sleep(0.25)
+
+
+def unlease(conn: psycopg.Connection, name: str, table_ids: list[int]) -> None:
+    """End this session's leases of the tables."""
+    if table_ids:
+        conn.execute("select pgcdc.table_unlock(%s, %s::int[])", (name, table_ids))
+
+
+def holders(conn: psycopg.Connection, name: str) -> dict[int, str]:
+    """The consumer's tables a live worker holds now, by table id: "worker (pid N)"."""
+    return dict(conn.execute(
+        "select l.table_id, format('%%s (pid %%s)', w.worker, w.pid) from pgcdc.table_lease l "
+        "join pgcdc.consumer_worker w on w.consumer = l.consumer and w.pid = l.pid "
+        "where l.consumer = %s and pgcdc._lock_held(w.lock_key, w.pid)", (name,)).fetchall())
+
+
+def release(conn: psycopg.Connection, name: str) -> None:
+    """End this session's lease and worker before the connection ends (a follower keeps its
+    connections between runs, and is not running in between): its advisory keys are the only
+    ones a pgcdc session holds."""
+    conn.execute("select pgcdc.worker_unlock(%s)", (name,))
     conn.execute("select pg_catalog.pg_advisory_unlock_all()")
 
 
@@ -124,17 +174,19 @@ def set_retention(conn: psycopg.Connection, max_age: str | None = None, max_size
 
 
 def record_run(primary: psycopg.Connection, consumer: str, *, started: list[str] | None = None,
-               error: str | None = None, failed: dict[str, str] | None = None,
+               error: str | None = None, failed: dict[str, str] | None = None, tried: list[str] | None = None,
                start_txmin: int | None = None) -> None:
     """Record in PostgreSQL that a run of the consumer started (with the `tables` entries it
     syncs, canonical), failed (`error`; `failed`: the tables it failed on, with their errors)
-    or succeeded (having started at `start_txmin`), for `pgcdc status`."""
+    or succeeded (having started at `start_txmin`), for `pgcdc status`. A table's error stays
+    until a run tries it again (`tried`: another worker may have failed on one this run left)."""
     if started is not None:
         primary.execute("update pgcdc.consumer set tables = %s where name = %s", (started, consumer))
         primary.execute("insert into pgcdc.consumer_run (consumer, started_at) values (%s, now()) "
                         "on conflict (consumer) do update set started_at = now()", (consumer,))
         return
-    primary.execute("update pgcdc.consumer_run set finished_at = now(), ok = %s, error = %s, table_errors = %s, "
+    primary.execute("update pgcdc.consumer_run set finished_at = now(), ok = %s, error = %s, "
+                    "table_errors = (coalesce(table_errors, '{}') - %s::text[]) || %s, "
                     "start_txmin = coalesce(%s::text::xid8, start_txmin) where consumer = %s",
-                    (error is None, error, Jsonb(failed or {}), None if start_txmin is None else str(start_txmin),
-                     consumer))
+                    (error is None, error, tried or [], Jsonb(failed or {}),
+                     None if start_txmin is None else str(start_txmin), consumer))

@@ -1,5 +1,6 @@
 """A run's session with the source: its two connections (primary and reader), the consumer's
-lease, the identity check and the tables to sync.
+lease (a worker's, or the whole consumer's for a restore), the identity check and the tables
+to sync.
 
 The connections are opened for each run, or kept between the runs of a long-lived Job (a
 follower's): opening them costs ~10-15 ms a run (a backend started and a password checked
@@ -81,12 +82,15 @@ class SourceConnections:
 @contextmanager
 def run_source(connections: SourceConnections, consumer: str, names: list[str], restored: bool,
                say: Callable[[str], None]) -> Iterator[RunSource]:
-    """Connections (primary, reader) with the consumer's lease held, the tables, JDBC options and
-    the database's identity. Refuses a queue restored from another database unless `restored`
-    (reset-watermark), which clears it first."""
+    """Connections (primary, reader) as a worker of the consumer (or holding it whole if
+    `restored`), the tables, JDBC options and the database's identity. Refuses a queue restored
+    from another database unless `restored` (reset-watermark), which clears it first."""
     with connections.session() as (primary, reader):
         capture.require_schema(primary)
-        consumers.lock(primary, consumer)
+        if restored:  # (clearing the queue: the whole consumer, no worker beside it)
+            consumers.lock(primary, consumer)
+        else:  # (workers of one consumer share its tables: runs lease each table, sync/runs.py)
+            consumers.join(primary, consumer)
         try:
             if restored:
                 deleted = capture.adopt_identity(primary)
@@ -97,7 +101,7 @@ def run_source(connections: SourceConnections, consumer: str, names: list[str], 
             yield primary, reader, tables, jdbc_options(reader), capture.identity(reader)
         finally:
             if connections.keep and not primary.broken and not primary.closed:
-                consumers.release(primary)
+                consumers.release(primary, consumer)
 
 
 def _idle(conn: psycopg.Connection) -> bool:

@@ -2,8 +2,8 @@
 
 Small batches leave many small files (and deletion vectors); OPTIMIZE rewrites them into
 few, VACUUM then deletes the files no version within the retention needs. Both hold the
-consumer's lock, so they never overlap a run of the same consumer (a follower waits for it
-between runs). The retention is Delta's own check: the table's
+table's lease from the consumer's workers (sql/functions/worker_lock.sql), so they never
+overlap a run's batches of the same table (a follower leaves it to the next pass). The retention is Delta's own check: the table's
 `delta.deletedFileRetentionDuration` (7 days unless set) or longer, so a reader of an older
 version within it keeps its files. pgcdc's own files beside the table (`_pgcdc/`, the fast
 engine's key indexes) are left alone by VACUUM; a key index whose data file went is dropped
@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pgcdc import faults
-from pgcdc.errors import BusyError, ConfigError, TargetError
+from pgcdc.errors import ConfigError, TargetError
 from pgcdc.lake import tablelog, target
 from pgcdc.log import fields
 from pgcdc.settings import Settings
 from pgcdc.source import capture, consumers
 from pgcdc.source.selection import select_tables
+from pgcdc.source.capture import AttachedTable
 from pgcdc.source.db import connect
 from pgcdc.spark.jvm import SideThread
 from pgcdc.spark.session import side_session
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 _SIDE = SideThread("pgcdc-compact")  # (one for the process: each thread that calls the JVM keeps a JVM thread)
 
-LOCK_WAIT = 300.0  # seconds a compaction waits for a run of the consumer to end
+LOCK_WAIT = 300.0  # seconds a compaction waits for a worker of the consumer to finish a table
 
 
 @dataclass
@@ -57,29 +58,42 @@ class Compacted:
 
 def compact(settings: Settings, spark: "SparkSession", names: list[str], retain_hours: float | None = None,
             wait: float = LOCK_WAIT) -> list[Compacted]:
-    """OPTIMIZE then VACUUM each named table (default: the consumer's), holding the consumer's lock."""
-    from delta.tables import DeltaTable
-
+    """OPTIMIZE then VACUUM each named table (default: the consumer's), each leased from the
+    consumer's workers meanwhile (a run applies it before or after, never beside)."""
     done = []
     with connect(settings.source.dsn) as conn:
         capture.require_schema(conn)
-        _lock(conn, settings.consumer, wait)
+        consumers.join(conn, settings.consumer)  # (a worker of the consumer: it leases each table it compacts)
         for t in select_tables(conn, names or settings.tables):
-            path, recorded = table_path(conn, settings.consumer, t.table_id, t.name, settings.target.root)
-            if not target.is_delta(spark, path):
-                _log.info("%s: not synced yet by consumer %s; nothing to compact", t.name, settings.consumer)
-                continue
-            target.check_owner(spark, path, settings.consumer, None if recorded else t.name)
-            began = time.monotonic()
-            result = Compacted(t.name, path)
-            result.files_removed, result.files_added = optimize(spark, path)
-            result.vacuumed = _vacuum(spark, DeltaTable.forPath(spark, path), path, retain_hours)
-            seconds = round(time.monotonic() - began, 3)
-            _log.info(result.line(), extra=fields(record="compact", table=t.name, path=path, seconds=seconds,
-                                                  files_removed=result.files_removed, files_added=result.files_added,
-                                                  vacuumed=result.vacuumed))
-            done.append(result)
+            consumers.lease_waiting(conn, settings.consumer, t.table_id, t.name, wait)
+            try:
+                result = _compact_one(settings, spark, conn, t, retain_hours)
+            finally:
+                consumers.unlease(conn, settings.consumer, [t.table_id])
+            if result is not None:
+                done.append(result)
     return done
+
+
+def _compact_one(settings: Settings, spark: "SparkSession", conn: Any, t: AttachedTable,
+                 retain_hours: float | None) -> Compacted | None:
+    """OPTIMIZE then VACUUM one table's Delta table (None: not synced yet)."""
+    from delta.tables import DeltaTable
+
+    path, recorded = table_path(conn, settings.consumer, t.table_id, t.name, settings.target.root)
+    if not target.is_delta(spark, path):
+        _log.info("%s: not synced yet by consumer %s; nothing to compact", t.name, settings.consumer)
+        return None
+    target.check_owner(spark, path, settings.consumer, None if recorded else t.name)
+    began = time.monotonic()
+    result = Compacted(t.name, path)
+    result.files_removed, result.files_added = optimize(spark, path)
+    result.vacuumed = _vacuum(spark, DeltaTable.forPath(spark, path), path, retain_hours)
+    seconds = round(time.monotonic() - began, 3)
+    _log.info(result.line(), extra=fields(record="compact", table=t.name, path=path, seconds=seconds,
+                                          files_removed=result.files_removed, files_added=result.files_added,
+                                          vacuumed=result.vacuumed))
+    return result
 
 
 class Compactor:
@@ -162,19 +176,6 @@ def optimize(spark: "SparkSession", path: str, below: int | None = None) -> tupl
     with target.session_confs(spark, confs):
         metrics = DeltaTable.forPath(spark, path).optimize().executeCompaction().collect()[0]["metrics"]
     return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
-
-
-def _lock(conn: Any, consumer: str, wait: float) -> None:
-    """Take the consumer's lock, waiting up to `wait` seconds for a run to end (BusyError after)."""
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            consumers.lock(conn, consumer)
-            return
-        except BusyError:
-            if time.monotonic() > deadline:
-                raise
-            _log.info("consumer %s is running an ingest; waiting for it to end", consumer)
 
 
 def _vacuum(spark: "SparkSession", table: Any, path: str, retain_hours: float | None) -> int:

@@ -32,6 +32,7 @@ class TableState:
     last_sync: datetime | None = None
     delta_table: str | None = None
     error: str | None = None
+    worker: str | None = None  # the worker applying it now (a lease of its, sql/functions/worker_lock.sql)
 
 
 def _states(conn: psycopg.Connection) -> list[tuple[str, int, str, int, int, datetime, str, int, datetime | None]]:
@@ -56,19 +57,20 @@ def table_states(conn: psycopg.Connection) -> list[TableState]:
     out: list[TableState] = []
     for name, entries, errors in registered:
         running = consumers.is_running(conn, name)
+        held = consumers.holders(conn, name)
         wanted = {t.table_id: t.name for t in selection.taken(entries, attached, names)} if entries is not None else {}
         ids = sorted({tid for (c, tid) in known if c == name} | set(wanted),
                      key=lambda tid: known[(name, tid)][2] if (name, tid) in known else wanted[tid])
         for tid in ids:
             row = known.get((name, tid))
             if row is None:
-                out.append(TableState(name, wanted[tid], COPYING if running else NEVER))
+                out.append(TableState(name, wanted[tid], COPYING if running else NEVER, worker=held.get(tid)))
                 continue
             _, _, table, watermark, batch, at, target, events, oldest = row
             state = (COPYING if running else NEVER) if batch == 0 else FAILED if table in errors \
                 else LEFT_OUT if entries is not None and tid not in wanted else BEHIND if events else SYNCED
             out.append(TableState(name, table, state, int(events), oldest, watermark, batch, at, target,
-                                  errors.get(table)))
+                                  errors.get(table), held.get(tid)))
     return out
 
 

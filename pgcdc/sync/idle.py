@@ -41,8 +41,10 @@ def _log_present(path: str) -> bool:
 
 
 def pass_idle(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connection", identity: str,
-              tables: list["AttachedTable"]) -> dict[str, TableReport]:
-    """Pass every idle table of `tables` (see the module docstring): their reports, by name."""
+              tables: list["AttachedTable"]) -> tuple[dict[str, TableReport], dict[int, int]]:
+    """Pass every idle table of `tables` (see the module docstring): their reports, by name;
+    and for the others it looked at, by table id, the oldest txid they have to apply (the
+    run takes the table whose oldest pending change is oldest first)."""
     consumer, root = job.settings.consumer, target_root(job.settings.target.root) + "/"
     mirrors = mirrored(primary, consumer, [t.table_id for t in tables])
     next_txid = int(primary.execute("select pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0])
@@ -50,7 +52,7 @@ def pass_idle(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connec
     candidates = [t for t in tables if t.table_id in mirrors and mirrors[t.table_id].target.startswith(root)
                   and _log_present(mirrors[t.table_id].target)]
     if not candidates:
-        return {}
+        return {}, {}
     with reader.transaction():
         reader.execute("set transaction isolation level repeatable read, read only")
         current = columns_of(reader, [t.name for t in candidates])
@@ -70,10 +72,12 @@ def pass_idle(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connec
         queued = events.queued_txids(reader, {tid: base.watermark for tid, (_, base, _) in bases.items()})
     out_of_order = job.settings.ingest.mode == "out_of_order"
     passed: dict[str, TableReport] = {}
+    oldest: dict[int, int] = {}
     moved: list[tuple["ConsumerState", str]] = []
     for tid, (t, base, path) in bases.items():
         state = idle_move(base, queued[tid], snap, out_of_order)
         if state is None:
+            oldest[tid] = min((txid for txid, _, _ in queued[tid] if txid not in base.out_of_order), default=0)
             continue
         report = TableReport(t.name, path, watermark=state.watermark)
         report.pending_events, report.oldest_pending = events.unapplied(queued[tid], state)
@@ -85,4 +89,4 @@ def pass_idle(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connec
     if passed:
         job.routine(f"{len(passed)} of {len(tables)} table(s) idle: nothing to apply; watermarks moved, "
                     "their Delta tables not read")
-    return passed
+    return passed, oldest

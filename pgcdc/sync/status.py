@@ -194,7 +194,8 @@ def status_data(conn: psycopg.Connection, problems: list[str] | None = None) -> 
                     "pending_keys": t.pending_keys, "oldest_pending": t.oldest_pending} for t in tables],
         "synced": [{"consumer": s.consumer, "table": s.table, "state": s.state, "pending_events": s.pending_events,
                     "oldest_pending": s.oldest_pending, "watermark": s.watermark, "batch": s.batch,
-                    "last_sync": s.last_sync, "delta_table": s.delta_table, "error": s.error} for s in states],
+                    "last_sync": s.last_sync, "delta_table": s.delta_table, "error": s.error, "worker": s.worker}
+                   for s in states],
     }
 
 
@@ -227,10 +228,11 @@ def status_report(conn: psycopg.Connection, problems: list[str] | None = None) -
     if data["synced"]:
         lines.append("")
         synced: list[tuple[str, ...]] = [("consumer", "table", "state", "pending", "oldest pending", "batch",
-                                          "last sync", "delta table")]
+                                          "last sync", "worker", "delta table")]
         synced += [(c["consumer"], c["table"], c["state"], str(c["pending_events"]), age(c["oldest_pending"]),
                     "-" if c["batch"] is None else str(c["batch"]),
-                    "-" if c["last_sync"] is None else age(c["last_sync"]) + " ago", c["delta_table"] or "-")
+                    "-" if c["last_sync"] is None else age(c["last_sync"]) + " ago", c["worker"] or "-",
+                    c["delta_table"] or "-")
                    for c in data["synced"]]
         lines += table_lines(synced)
     return "\n".join(lines), data["healthy"]

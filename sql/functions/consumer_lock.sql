@@ -41,6 +41,11 @@ declare
     v_key int;
 begin
     insert into pgcdc.consumer (name) values (p_name) on conflict (name) do nothing;
+    perform 1 from pgcdc.consumer c where c.name = p_name for update;  -- (decided after a worker_lock in flight)
+    if exists (select 1 from pgcdc.consumer_worker w where w.consumer = p_name and w.pid <> pg_backend_pid()
+                                                      and pgcdc._lock_held(w.lock_key, w.pid)) then
+        return false;  -- workers share it (worker_lock.sql)
+    end if;
     for attempt in 1 .. 5 loop
         update pgcdc.consumer c set lock_key = 1 + floor(random() * 2147483646)::int, lock_pid = pg_backend_pid()
          where c.name = p_name
@@ -58,17 +63,24 @@ end
 $fn$;
 
 -- pgcdc.consumer_holder(name): the backend holding the consumer's lease (pid, role,
--- application_name), or null if it is free. Used by status and to name a busy consumer.
+-- application_name), or its live workers (worker_lock.sql), or null if none is running. Used by
+-- status and to name a busy consumer.
 create or replace function pgcdc.consumer_holder(p_name text)
 returns text
 language sql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-    select format('pid %s (role %s, application_name %s)', c.lock_pid,
-                  coalesce((select a.usename::text from pg_stat_activity a where a.pid = c.lock_pid), '?'),
-                  coalesce((select nullif(a.application_name, '') from pg_stat_activity a where a.pid = c.lock_pid),
-                           '?'))
-      from pgcdc.consumer c
-     where c.name = p_name and pgcdc._lock_held(c.lock_key, c.lock_pid)
+    select coalesce(
+        (select format('pid %s (role %s, application_name %s)', c.lock_pid,
+                       coalesce((select a.usename::text from pg_stat_activity a where a.pid = c.lock_pid), '?'),
+                       coalesce((select nullif(a.application_name, '') from pg_stat_activity a
+                                  where a.pid = c.lock_pid), '?'))
+           from pgcdc.consumer c
+          where c.name = p_name and pgcdc._lock_held(c.lock_key, c.lock_pid)),
+        (select format('worker(s) %s', string_agg(format('%s (pid %s)', w.worker, w.pid), ', '
+                                                   order by w.since, w.pid))
+           from pgcdc.consumer_worker w
+          where w.consumer = p_name and pgcdc._lock_held(w.lock_key, w.pid)
+         having count(*) > 0))
 $$;

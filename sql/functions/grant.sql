@@ -2,7 +2,7 @@
 -- primary and through replication on a standby) or `admin` (also attach, detach, install
 -- upkeep, consumers, retention) needs, and nothing more; docs/security.md lists it. A reader
 -- may read the attached tables (attach grants it each table attached later) and the queue, and
--- write consumer states and runs; it gets no TRUNCATE, no DDL, no lease but its own consumers'.
+-- write consumer states and runs and its workers' leases; it gets no TRUNCATE, no DDL.
 -- Returns the statements it ran. Run it as the installer (or a superuser).
 -- Touches: privileges of `role`, pgcdc.grantee.
 create or replace function pgcdc.grant(p_role regrole, kind text)
@@ -27,9 +27,12 @@ begin
         format('grant select on pgcdc.meta, pgcdc.attached, pgcdc.commit_queue, pgcdc.consumer, pgcdc.consumer_state, '
                'pgcdc.consumer_run, pgcdc.forgotten, pgcdc.attached_schema to %s', p_role),
         format('grant insert, update on pgcdc.consumer, pgcdc.consumer_state, pgcdc.consumer_run to %s', p_role),
+        format('grant select, insert, update, delete on pgcdc.consumer_worker, pgcdc.table_lease to %s', p_role),
         format('grant execute on function pgcdc.maintain(interval), pgcdc.stats(), pgcdc.retention_horizon(), '
                'pgcdc._unfit(text, text, text, text, text), pgcdc.consumer_lock(text), pgcdc.consumer_holder(text), '
-               'pgcdc._lock_held(int, int), pgcdc._lock_space(), pgcdc._forget_dropped() to %s',
+               'pgcdc._lock_held(int, int), pgcdc._lock_space(), pgcdc._forget_dropped(), '
+               'pgcdc.worker_lock(text, text), pgcdc.worker_unlock(text), pgcdc.table_lock(text, int[]), '
+               'pgcdc.table_unlock(text, int[]), pgcdc._worker_alive(text, int), pgcdc._workers(text) to %s',
                p_role)];
     stmts := stmts || array(select distinct format('grant usage on schema %I to %s', n.nspname, p_role)
                               from pgcdc.attached a join pg_class c on c.oid = a.relid

@@ -3,8 +3,8 @@
 -- oldest pending event is older than max_age, or, while the queue is larger than max_bytes,
 -- the tables holding the lowest watermark, are marked for a resync: resync_reason says why,
 -- the queue stops keeping what it missed (pgcdc.retention_horizon), and its next ingest copies
--- the table again. A consumer whose ingest is running (its lease is held,
--- pgcdc.consumer_lock) is never marked. Returns the marked (consumer, table, reason).
+-- the table again. A consumer whose ingest is running (its lease is held, pgcdc.consumer_lock,
+-- or a worker of it is alive, pgcdc.worker_lock) is never marked. Returns the marked (consumer, table, reason).
 -- Only events the consumer has not applied count: one applied out of order (above a watermark a
 -- long transaction holds back) is not pending. Called by pgcdc.maintain. Touches pgcdc.consumer_state.
 -- pgcdc._applied(txid, out_of_order): whether txid lies in a consumer's out-of-order set (its
@@ -60,6 +60,7 @@ begin
         -- ingest's); the row lock taken here keeps one from starting until maintain commits
         select pgcdc._lock_held(c.lock_key, c.lock_pid) into running
           from pgcdc.consumer c where c.consumer_id = r.consumer_id for update;
+        running := running or cardinality(pgcdc._workers(r.consumer)) > 0;
         continue when running;
         update pgcdc.consumer_state s set resync_reason = reason, copy_from = null
          where s.consumer = r.consumer and s.table_id = r.table_id;
