@@ -111,6 +111,12 @@ class IngestSettings(BaseModel):
         "OPTIMIZE at the end of a run that applied batches to it: every batch adds a file, and each file makes "
         "later batches slower; 0 = never (`pgcdc compact` still does it)",
     )
+    parallel_tables: int = Field(
+        default=1, ge=1, le=16,
+        description="tables one run applies at once, each in a lane of its own (two source connections, a Spark "
+        "session on the shared SparkContext) that joins the consumer as a worker: a slow table holds back only "
+        "its lane; 1 = one table after another",
+    )
     recopy_fraction: float = Field(
         default=0.25, ge=0, le=1,
         description="a batch changing at least this fraction of a table's rows (estimated) is applied by "

@@ -17,7 +17,10 @@ time); soaks play more, any way. To soak:
 
 plays seeds 1000, 1001, ... (both modes and both engines, alternately) for 30 minutes and stops at the
 first seed that differs. PGCDC_SEED alone re-plays one seed (in both modes where a test plays
-one mode of each seed) in the bounded tests.
+one mode of each seed) in the bounded tests. To soak the follower schedule (two workers, kills)
+on new seeds, with more of the writers' schedule for the workers to share:
+
+    PGCDC_SEED=13 PGCDC_FOLLOW_RUNS=6 .venv/bin/pytest -s tests/test_differential.py -k follower
 """
 
 from __future__ import annotations
@@ -90,7 +93,8 @@ def test_delta_equals_postgres_with_a_follower(spark, dsn: str, tmp_path: Path) 
     and started again, share the consumer with compactions and other Delta writers, then alone
     catch up and stop on SIGTERM with exit 0."""
     seed = SEEDS[0] + 301
-    _play(Params.draw(seed, "out_of_order" if seed % 4 < 2 else "strict", follow=True, runs=2, workers=2),
+    runs = int(os.environ.get("PGCDC_FOLLOW_RUNS", "2"))  # (stretches of the writers' schedule; more to soak it)
+    _play(Params.draw(seed, "out_of_order" if seed % 4 < 2 else "strict", follow=True, runs=runs, workers=2),
           spark, dsn, tmp_path)
 
 

@@ -5,12 +5,14 @@ full path instead."""
 
 from __future__ import annotations
 
+import json
+import threading
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from pgcdc.source import capture
+from pgcdc.source import capture, consumers
 from pgcdc.sync.ingest import Job
 from pgcdc.sync.runs import run_job
 from fixtures.ingest import Syncer
@@ -155,3 +157,41 @@ def test_a_small_tables_copy_is_written_by_the_driver_and_a_resync_replaces_ever
     assert wrote == []
     for name in ("public.p0", "public.p1", "public.p2"):
         syncer.assert_equal(name)
+
+
+def test_parallel_tables_apply_in_lanes_and_a_slow_table_holds_back_only_its_own(
+        db: psycopg.Connection, syncer: Syncer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`[ingest] parallel_tables = 3`: the table with the oldest change goes first and blocks in
+    its lane until every other table of the pass is applied (by the other lanes: one after
+    another, the run would wait for ever); then all of them equal PostgreSQL, each lane having
+    joined the consumer as a worker of its own."""
+    _setup(db)
+    syncer.run()
+    for name in ["public.p2", *[n for n in TABLES if n != "public.p2"]]:  # (p2's change is the oldest)
+        db.execute(f"update {name} set v = 'changed' where id <= 2")
+    others_done, workers = threading.Event(), set()
+    synced: list[str] = []
+    sync_table = Job.sync_table
+
+    def slow(self: Job, primary: psycopg.Connection, *args: object) -> object:
+        t = args[-1]
+        workers.add(primary.info.backend_pid)
+        if t.name == "public.p2":  # type: ignore[attr-defined]
+            assert others_done.wait(120), f"the other tables were not applied beside it: {synced}"
+        report = sync_table(self, primary, *args)  # type: ignore[arg-type]
+        synced.append(t.name)  # type: ignore[attr-defined]
+        if len(synced) == len(TABLES) - 1 and "public.p2" not in synced:
+            others_done.set()
+        return report
+    monkeypatch.setattr(Job, "sync_table", slow)
+    reports = syncer.run(parallel_tables=3)
+    assert synced[-1] == "public.p2" and len(workers) == 3, (synced, workers)
+    from delta.tables import DeltaTable
+
+    for name in TABLES:
+        assert reports[name].upserted == 2
+        syncer.assert_equal(name)
+        # each lane's commit carries its own table's state (its session's confs, not the default's)
+        last = DeltaTable.forPath(syncer.spark, syncer.path(name)).history(1).collect()[0]
+        assert last["userMetadata"] and json.loads(last["userMetadata"])["table"] == name, (name, last)
+    assert consumers.holders(db, "test") == {}  # (every lane gave its leases back)

@@ -165,6 +165,21 @@ def side_session(spark: "SparkSession", conf: dict[str, str]) -> "SparkSession":
     return side
 
 
+def activate(spark: "SparkSession") -> None:
+    """Make `spark` the active session of this thread's JVM thread (one per Python thread:
+    PySpark's pinned threads). Delta's transactions, which the fast engine commits through,
+    read their confs (the consumer state's userMetadata and txnAppId) from the active session,
+    not from the one they were opened with: a thread of its own (a lane, sync/runs.py) would
+    otherwise commit with the default session's, another table's state."""
+    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)  # type: ignore[union-attr]
+
+
+def pinned_threads() -> bool:
+    """Whether each Python thread has a JVM thread of its own (PySpark's default since 3.2), which
+    `activate` needs to keep one thread's active session from another's."""
+    return os.environ.get("PYSPARK_PIN_THREAD", "true").lower() == "true"
+
+
 # Environment variables that hold secrets pgcdc uses on the Python side only (the JVM gets the
 # password as a JDBC option of each read, never from its environment)
 _SECRET_ENV = re.compile(r"^(PGCDC_SOURCE__.*|PGPASSWORD|PGCDC_.*(PASSWORD|SECRET|DSN|TOKEN).*)$", re.IGNORECASE)

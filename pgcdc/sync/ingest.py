@@ -74,11 +74,14 @@ class Job:
         self.compactor = compact.Compactor(spark, settings.spark.conf)  # small files, beside the run
         self.connections = SourceConnections(settings.source, keep=following)  # a follower's: kept between runs
         self.chooser = Chooser(spark, settings.ingest.engine)  # refuses an engine this Delta build cannot run
+        self.lanes: list[Job] = []  # Jobs beside this one applying tables at once (runs.lane_jobs), kept
         storage.check_root(spark, settings.target.root)  # a remote root answers (reading only) before any table
 
     def close(self) -> None:
-        """Close the connections a follower's Job keeps between runs."""
+        """Close the connections a follower's Job keeps between runs (its lanes' too)."""
         self.connections.close()
+        for lane in self.lanes:
+            lane.close()
 
     def say(self, message: str, level: int = logging.INFO, **values: object) -> None:
         """Log one line (with machine-readable `values` for the JSON format)."""

@@ -6,7 +6,9 @@ the only one that goes over the tables, and nothing it calls calls back into it.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING
@@ -22,7 +24,7 @@ from pgcdc.source.selection import canonical, select_tables
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.consumers import record_run
 from pgcdc.source.db import connect
-from pgcdc.spark.session import get_session
+from pgcdc.spark.session import activate, get_session, pinned_threads, side_session
 from pgcdc.sync.idle import pass_idle
 from pgcdc.sync.ingest import Job
 from pgcdc.sync.report import RACED, TableReport, first_line, raced
@@ -114,25 +116,11 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
             live = [t for t in tables if t.name not in skip]
             passed, oldest = _idle(job, primary, reader, identity, live)
             reports.extend(passed.values())
-            leased: list[int] = []
             # the table whose oldest pending change is oldest first (one never looked at before all)
-            for t in sorted((t for t in live if t.name not in passed), key=lambda t: oldest.get(t.table_id, 0)):
-                if job.stopping():
-                    break
-                if not consumers.lease(primary, consumer, [t.table_id]):
-                    elsewhere.append(t.name)
-                    continue
-                leased.append(t.table_id)
-                try:
-                    reports.append(job.sync_table(primary, reader, jdbc, identity, t))
-                except Exception as exc:  # one table's problem never holds the others back
-                    if primary.broken or reader.broken or job.interrupted():
-                        raise  # (the connection itself, or a stop at once: no other table goes on)
-                    job.say(f"{t.name}: FAILED: {first_line(exc)}{RACED if raced(exc) else ''}", logging.ERROR,
-                            record="table_failed", table=t.name, error=first_line(exc))
-                    failed[t.name] = exc
-            job.compactor.wait()  # (before the leases go: the next run may write the table)
-            consumers.unlease(primary, consumer, leased)
+            work = _Pass(sorted((t for t in live if t.name not in passed), key=lambda t: oldest.get(t.table_id, 0)))
+            _apply_in_lanes(job, primary, reader, jdbc, identity, work)
+            reports += work.reports
+            failed, elsewhere = work.failed, work.elsewhere
             if elsewhere:
                 job.routine(f"{len(elsewhere)} table(s) left to the consumer's other workers, which are applying "
                             f"them: {', '.join(elsewhere)}")
@@ -166,6 +154,114 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
                           batches=batches, events=events_, upserted=sum(r.upserted for r in reports),
                           deleted=sum(r.deleted for r in reports), seconds=seconds))
     return reports, failed
+
+
+class _Pass:
+    """What the lanes of one pass share: the tables left to apply, in order, and what came of
+    them (list appends and dict stores: safe across threads)."""
+
+    def __init__(self, tables: list[AttachedTable]) -> None:
+        self.todo = deque(tables)
+        self.lock = threading.Lock()
+        self.reports: list[TableReport] = []
+        self.failed: dict[str, Exception] = {}  # tables that failed, with their errors
+        self.elsewhere: list[str] = []  # tables another worker of the consumer is applying
+
+    def next(self) -> AttachedTable | None:
+        with self.lock:
+            return self.todo.popleft() if self.todo else None
+
+    def end(self) -> None:
+        """Hand out no more tables (a lane's connection broke, or a stop at once)."""
+        with self.lock:
+            self.todo.clear()
+
+
+def _apply_in_lanes(job: Job, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
+                    identity: str, work: _Pass) -> None:
+    """Apply the pass's tables: in this thread, and in up to `[ingest] parallel_tables` - 1 lanes
+    beside it (lane_jobs), each taking the next table as it is free. A lane that fails as a
+    whole (its connection, a stop at once) ends the pass after the tables in flight."""
+    wanted = job.settings.ingest.parallel_tables if pinned_threads() else 1  # (activate needs pinned threads)
+    lanes = lane_jobs(job, max(0, min(wanted, len(work.todo)) - 1))
+    errors: list[BaseException] = []
+    threads = [threading.Thread(target=_lane, args=(lane, work, errors), name=f"pgcdc-lane-{i + 1}", daemon=True)
+               for i, lane in enumerate(lanes)]
+    for thread in threads:
+        thread.start()
+    try:
+        _apply(job, primary, reader, jdbc, identity, work)
+    except KeyboardInterrupt:  # (a stop at once: the daemon lanes end with the process)
+        work.end()
+        raise
+    except BaseException:
+        work.end()
+        _join(threads)
+        raise
+    _join(threads)
+    if errors:
+        raise errors[0]
+
+
+def _join(threads: list[threading.Thread]) -> None:
+    for thread in threads:
+        thread.join()
+
+
+def _lane(job: Job, work: _Pass, errors: list[BaseException]) -> None:
+    """One lane: a worker of the consumer with source connections of its own, committing with
+    its own Spark session's confs (spark.session.activate)."""
+    try:
+        activate(job.spark)
+        with job.source(job.settings.tables) as (primary, reader, _, jdbc, identity):
+            try:
+                _apply(job, primary, reader, jdbc, identity, work)
+            except BaseException:
+                with suppress(Exception):
+                    job.compactor.wait()
+                raise
+    except BaseException as exc:  # (raised by the pass, in the run's thread)
+        work.end()
+        errors.append(exc)
+
+
+def _apply(job: Job, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
+           identity: str, work: _Pass) -> None:
+    """The one loop over tables, in each lane: take the pass's next table, lease it (another
+    worker may be applying it) and sync it. One table's failure never holds the others back;
+    a lost connection or an interrupt ends the lane. The leases go once the lane's
+    compaction is done (the next run may write the table)."""
+    consumer = job.settings.consumer
+    leased: list[int] = []
+    while not job.stopping() and (t := work.next()) is not None:
+        if not consumers.lease(primary, consumer, [t.table_id]):
+            work.elsewhere.append(t.name)
+            continue
+        leased.append(t.table_id)
+        try:
+            work.reports.append(job.sync_table(primary, reader, jdbc, identity, t))
+        except Exception as exc:  # one table's problem never holds the others back
+            if primary.broken or reader.broken or job.interrupted():
+                raise  # (the connection itself, or a stop at once: no other table goes on)
+            job.say(f"{t.name}: FAILED: {first_line(exc)}{RACED if raced(exc) else ''}", logging.ERROR,
+                    record="table_failed", table=t.name, error=first_line(exc))
+            work.failed[t.name] = exc
+    job.compactor.wait()
+    consumers.unlease(primary, consumer, leased)
+
+
+def lane_jobs(job: Job, n: int) -> list[Job]:
+    """`n` Jobs beside `job` for `[ingest] parallel_tables`: each with its own source connections
+    (a worker of the consumer of its own), compactor and Spark session on the same SparkContext
+    (side_session: what one sets around a commit never lands in another's), sharing what `job`
+    knows of each table; kept in `job.lanes` for a follower's next runs."""
+    while len(job.lanes) < n:
+        lane = Job(job.settings, side_session(job.spark, job.settings.spark.conf), job.sink, job.following)
+        lane.known, lane.schemas = job.known, job.schemas
+        job.lanes.append(lane)
+    for lane in job.lanes[:n]:
+        lane.stopping, lane.interrupted = job.stopping, job.interrupted
+    return job.lanes[:n]
 
 
 def _idle(job: Job, primary: psycopg.Connection, reader: psycopg.Connection, identity: str,
