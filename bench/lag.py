@@ -143,6 +143,7 @@ def main() -> None:
     ap.add_argument("--tables", type=int, default=10)
     ap.add_argument("--rows", type=int, default=10_000, help="rows per table")
     ap.add_argument("--engine", default="auto", choices=["auto", "merge", "fast"])
+    ap.add_argument("--parallel", type=int, default=1, help="the follower's [ingest] parallel_tables")
     ap.add_argument("--interval", type=float, default=0.2, help="the follower's --interval")
     ap.add_argument("--rss-every", type=float, default=30.0, help="seconds between memory samples")
     ap.add_argument("--compact-files", type=int, default=None,
@@ -169,7 +170,7 @@ def main() -> None:
         lake = work / "lake"
         cfg = work / "pgcdc.toml"
         cfg.write_text(f'consumer = "lag"\n[source]\ndsn = "{pg.dsn()}"\n[target]\nroot = "{lake}"\n'
-                       f'[ingest]\nengine = "{args.engine}"\n'
+                       f'[ingest]\nengine = "{args.engine}"\nparallel_tables = {args.parallel}\n'
                        + (f"compact_files = {args.compact_files}\n" if args.compact_files is not None else ""))
         log = open(work / "follower.log", "w")
         follower = subprocess.Popen([sys.executable, "-m", "pgcdc", "--config", str(cfg), "--log-format", "json",

@@ -1,16 +1,17 @@
 """Passes over many small tables, measured side by side in one run (not a test; never fails on timing).
 
-    python -m bench.tables [--tables 200] [--rows 1000]
+    python -m bench.tables [--tables 200] [--rows 1000] [--parallel 2]
 
 On a throwaway PostgreSQL and local Spark (started once; JVM start excluded) it makes
 --tables tables of --rows rows in schema app, attaches the schema, then times one ingest
 run (run_job, in this process) for each of:
 
 - first sync of one table (consumer `one`, tables = ["app.t0000"]), the reference;
-- first sync of every table (consumer `all`, tables = ["app.*"]);
+- first sync of every table (consumer `all1`, tables = ["app.*"]), and with --parallel lanes
+  (`[ingest] parallel_tables`, consumer `allN`);
 - an idle pass, as a new process runs it (a new Job: what it knows of each table comes from
   the state files) and as a follower runs it (the same Job again: from memory);
-- a pass with one changed row in each table;
+- a pass with one changed row in each table (one lane, and --parallel lanes);
 - the first sync of one more table, warm (the first one above also pays for the first use of
   every code path in the JVM, as a new process's first sync does).
 
@@ -48,6 +49,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tables", type=int, default=200)
     ap.add_argument("--rows", type=int, default=1000)
+    ap.add_argument("--parallel", type=int, default=2, help="[ingest] parallel_tables measured beside 1")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pgcdc-bench-tables-"))
     pg = LocalPostgres(Path(tempfile.mkdtemp(prefix="pgcdc-bench-pg-")))
@@ -66,31 +68,36 @@ def main() -> None:
             schemas.attach_schema(conn, "app")
         spark = get_session()
 
-        def job(consumer: str, tables: list[str]) -> Job:
+        def job(consumer: str, tables: list[str], lanes: int = 1) -> Job:
             return Job(Settings(source={"dsn": dsn}, target={"root": str(work / consumer)}, consumer=consumer,
-                                tables=tables), spark)
+                                tables=tables, ingest={"parallel_tables": lanes}), spark)
 
-        print(f"\n{args.tables} tables of {args.rows} rows, one ingest run each (JVM start excluded):", flush=True)
+        lanes = sorted({1, args.parallel})
+        print(f"\n{args.tables} tables of {args.rows} rows, one ingest run each (JVM start excluded); "
+              f"parallel_tables {' and '.join(map(str, lanes))}:", flush=True)
         one = timed("first sync of one table", lambda: run_job(job("one", ["app.t0000"])))
-        first = timed(f"first sync of all {args.tables}", lambda: run_job(job("all", ["app.*"])))
-        fresh = timed("idle pass, new Job (state files)", lambda: run_job(job("all", ["app.*"])))
-        follower = job("all", ["app.*"])
-        run_job(follower)
-        kept = timed("idle pass, same Job again (a follower's: from memory)", lambda: run_job(follower))
+        first = {n: timed(f"first sync of all {args.tables}, {n} lane(s)",
+                          lambda: run_job(job(f"all{n}", ["app.*"], n))) for n in lanes}
+        fresh = timed("idle pass, new Job (state files)", lambda: run_job(job("all1", ["app.*"])))
+        followers = {n: job(f"all{n}", ["app.*"], n) for n in lanes}
+        for follower in followers.values():
+            run_job(follower)
+        kept = timed("idle pass, same Job again (a follower's: from memory)", lambda: run_job(followers[1]))
         with psycopg.connect(dsn, autocommit=True) as conn:
             for name in names:
                 conn.execute(f"update app.{name} set v = 'changed' where id = 1")
-        changed = timed(f"one changed row in each of the {args.tables}", lambda: run_job(follower))
+        changed = {n: timed(f"one changed row in each of the {args.tables}, {n} lane(s)",
+                            lambda: run_job(followers[n])) for n in lanes}
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("create table app.extra (like app.t0000 including all)")
             conn.execute("insert into app.extra select * from app.t0000")
             capture.attach(conn, "app.extra")
         warm = timed("first sync of one more table, warm (its code paths run before)",
                      lambda: run_job(job("warm", ["app.extra"])))
-        print(f"\nfirst sync of {args.tables} / first sync of one: {first / one:.1f}x (goal <= 8x); "
-              f"against the warm one: {first / warm:.1f}x")
+        for n in lanes:
+            print(f"\n{n} lane(s): first sync of {args.tables} / first sync of one: {first[n] / one:.1f}x (goal <= 8x); "
+                  f"against the warm one: {first[n] / warm:.1f}x; one change in each: {changed[n]:.2f} s (goal <= 20 s)")
         print(f"idle pass: {fresh:.2f} s new Job, {kept:.2f} s follower (goal <= 2 s)")
-        print(f"one change in each: {changed:.2f} s (goal <= 20 s)")
         spark.stop()
     finally:
         pg.stop(remove=True)
