@@ -38,7 +38,7 @@ begin
             execute format('grant select, insert, update, delete on pgcdc.consumer_worker, pgcdc.table_lease to %s', g.r);
             execute format('grant execute on function pgcdc.worker_lock(text, text), pgcdc.worker_unlock(text), '
                            'pgcdc.table_lock(text, int[]), pgcdc.table_unlock(text, int[]), '
-                           'pgcdc._worker_alive(text, int), pgcdc._workers(text) to %s', g.r);
+                           'pgcdc._worker_alive(text, int), pgcdc._workers(text), pgcdc._take_key() to %s', g.r);
         else
             execute format('grant all on pgcdc.consumer_worker, pgcdc.table_lease to %s', g.r);
             execute format('grant execute on all functions in schema pgcdc to %s', g.r);

@@ -28,6 +28,26 @@ as $$
            and l.pid = p_pid and l.granted and l.mode = 'ExclusiveLock')
 $$;
 
+-- pgcdc._take_key(): a random key of pgcdc's advisory lock space, now held by this session
+-- (null if five draws were all held by other sessions): taken before the lease naming it commits.
+create or replace function pgcdc._take_key()
+returns int
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $fn$
+declare
+    v_key int;
+begin
+    for attempt in 1 .. 5 loop
+        v_key := 1 + floor(random() * 2147483646)::int;
+        if pg_try_advisory_lock(pgcdc._lock_space(), v_key) then
+            return v_key;
+        end if;  -- (some other session holds that random key: draw another)
+    end loop;
+    return null;
+end
+$fn$;
+
 -- pgcdc.consumer_lock(name): take the consumer's lease for this session (registering the name on
 -- first use); false if another backend holds it. Call it in autocommit: the lease is seen by
 -- others once the statement commits, by which time this session holds its key.
@@ -46,19 +66,17 @@ begin
                                                       and pgcdc._lock_held(w.lock_key, w.pid)) then
         return false;  -- workers share it (worker_lock.sql)
     end if;
-    for attempt in 1 .. 5 loop
-        update pgcdc.consumer c set lock_key = 1 + floor(random() * 2147483646)::int, lock_pid = pg_backend_pid()
-         where c.name = p_name
-           and (c.lock_pid = pg_backend_pid() or not pgcdc._lock_held(c.lock_key, c.lock_pid))
-        returning c.lock_key into v_key;
-        if v_key is null then
-            return false;  -- another backend holds it
-        end if;
-        if pg_try_advisory_lock(pgcdc._lock_space(), v_key) then
-            return true;
-        end if;  -- (some other session holds that random key: draw another)
-    end loop;
-    return false;
+    v_key := pgcdc._take_key();
+    if v_key is null then
+        return false;
+    end if;
+    update pgcdc.consumer c set lock_key = v_key, lock_pid = pg_backend_pid()
+     where c.name = p_name and (c.lock_pid = pg_backend_pid() or not pgcdc._lock_held(c.lock_key, c.lock_pid));
+    if not found then
+        perform pg_advisory_unlock(pgcdc._lock_space(), v_key);
+        return false;  -- another backend holds it
+    end if;
+    return true;
 end
 $fn$;
 

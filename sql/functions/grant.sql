@@ -30,7 +30,7 @@ begin
         format('grant select, insert, update, delete on pgcdc.consumer_worker, pgcdc.table_lease to %s', p_role),
         format('grant execute on function pgcdc.maintain(interval), pgcdc.stats(), pgcdc.retention_horizon(), '
                'pgcdc._unfit(text, text, text, text, text), pgcdc.consumer_lock(text), pgcdc.consumer_holder(text), '
-               'pgcdc._lock_held(int, int), pgcdc._lock_space(), pgcdc._forget_dropped(), '
+               'pgcdc._lock_held(int, int), pgcdc._lock_space(), pgcdc._take_key(), pgcdc._forget_dropped(), '
                'pgcdc.worker_lock(text, text), pgcdc.worker_unlock(text), pgcdc.table_lock(text, int[]), '
                'pgcdc.table_unlock(text, int[]), pgcdc._worker_alive(text, int), pgcdc._workers(text) to %s',
                p_role)];

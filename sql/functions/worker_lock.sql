@@ -44,17 +44,13 @@ begin
         update pgcdc.consumer_worker set worker = p_worker where consumer = p_name and pid = pg_backend_pid();
         return true;
     end if;
-    for attempt in 1 .. 5 loop
-        v_key := 1 + floor(random() * 2147483646)::int;
-        if pg_try_advisory_lock(pgcdc._lock_space(), v_key) then
-            insert into pgcdc.consumer_worker (consumer, pid, lock_key, worker)
-            values (p_name, pg_backend_pid(), v_key, p_worker)
-            on conflict (consumer, pid) do update set lock_key = excluded.lock_key, worker = excluded.worker,
-                                                      since = now();
-            return true;
-        end if;  -- (some other session holds that random key: draw another)
-    end loop;
-    return false;
+    v_key := pgcdc._take_key();
+    if v_key is null then
+        return false;
+    end if;
+    insert into pgcdc.consumer_worker (consumer, pid, lock_key, worker) values (p_name, pg_backend_pid(), v_key, p_worker)
+    on conflict (consumer, pid) do update set lock_key = excluded.lock_key, worker = excluded.worker, since = now();
+    return true;
 end
 $fn$;
 
