@@ -15,15 +15,12 @@ driver finds and writes the rows) and, as the reference, with the batch left to 
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 import time
-from pathlib import Path
 from statistics import median
 
 import psycopg
 
-from pgcdc.localpg import LocalPostgres
+from bench.common import throwaway
 from pgcdc.settings import Settings
 from pgcdc.source import capture
 from pgcdc.spark.session import get_session
@@ -39,10 +36,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=5000)
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="pgcdc-bench-keys-"))
-    pg = LocalPostgres(Path(tempfile.mkdtemp(prefix="pgcdc-bench-pg-")))
-    try:
-        pg.start()
+    with throwaway("keys") as (pg, work):
         dsn = pg.dsn()
         spark = get_session()
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -94,9 +88,6 @@ def main() -> None:
         link, single = median(times[("link", "driver (auto)")]), median(times[("single", "driver (auto)")])
         print(f"two-column / one-column key, driver path: {link / single:.2f}x")
         spark.stop()
-    finally:
-        pg.stop(remove=True)
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

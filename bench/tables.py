@@ -21,15 +21,12 @@ Follower lag over many tables: `python -m bench.lag --tables 200 --rows 1000 --r
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import psycopg
 
-from pgcdc.localpg import LocalPostgres
+from bench.common import throwaway
 from pgcdc.settings import Settings
 from pgcdc.source import capture, schemas
 from pgcdc.spark.session import get_session
@@ -51,11 +48,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1000)
     ap.add_argument("--parallel", type=int, default=2, help="[ingest] parallel_tables measured beside 1")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="pgcdc-bench-tables-"))
-    pg = LocalPostgres(Path(tempfile.mkdtemp(prefix="pgcdc-bench-pg-")))
     names = [f"t{i:04d}" for i in range(args.tables)]
-    try:
-        pg.start()
+    with throwaway("tables") as (pg, work):
         dsn = pg.dsn()
         with psycopg.connect(dsn, autocommit=True) as conn:
             capture.install(conn)
@@ -99,9 +93,6 @@ def main() -> None:
                   f"against the warm one: {first[n] / warm:.1f}x; one change in each: {changed[n]:.2f} s (goal <= 20 s)")
         print(f"idle pass: {fresh:.2f} s new Job, {kept:.2f} s follower (goal <= 2 s)")
         spark.stop()
-    finally:
-        pg.stop(remove=True)
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

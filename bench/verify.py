@@ -15,18 +15,16 @@ Loads --rows rows (bigint key, int, text, numeric, timestamptz, date), syncs the
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
-from pathlib import Path
 
 import psycopg
 
+from bench.common import throwaway
 from pgcdc.source import capture, enrich
 from pgcdc.sync import ingest, verify
 from pgcdc.source.columns import table_columns
 from pgcdc.lake.paths import target_path
 from pgcdc.source.db import jdbc_options
-from pgcdc.localpg import LocalPostgres
 from pgcdc.settings import Settings
 from pgcdc.spark.session import get_session
 
@@ -57,10 +55,7 @@ def main() -> None:
     ap.add_argument("--differ", type=int, default=10)
     args = ap.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="pgcdc-bench-verify-"))
-    pg = LocalPostgres(Path(tempfile.mkdtemp(prefix="pgcdc-bench-pg-")), settings={"shared_buffers": "1GB"})
-    pg.start()
-    try:
+    with throwaway("verify", settings={"shared_buffers": "1GB"}) as (pg, work):
         with psycopg.connect(pg.dsn(), autocommit=True) as conn:
             print(f"loading {args.rows} rows ...", flush=True)
             conn.execute("create table bench (id bigint primary key, a int not null, b text not null, "
@@ -90,8 +85,6 @@ def main() -> None:
             new = timed("verify", lambda: verify.compare(spark, conn, t, path).line())
             old = timed("JDBC read + exceptAll (before)", lambda: exceptall(spark, conn, t, path))
             print(f"  ratio: verify takes {new / old:.2f}x the time of the previous method")
-    finally:
-        pg.stop(remove=True)
 
 
 if __name__ == "__main__":
