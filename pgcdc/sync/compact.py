@@ -100,7 +100,7 @@ class Compactor:
     """Compacts the small files of a run's tables beside the run (`after_batches`), one
     table at a time, so the other tables' batches go on meanwhile: on pgcdc's side thread
     and in a session of its own (spark.side_session: the run's state confs never reach an
-    OPTIMIZE commit). The run waits for it (`wait`) before it lets the consumer's lock go,
+    OPTIMIZE commit). The run waits for it (`wait`) before it lets the table's lease go,
     so a compaction never overlaps another run's batches of the same table."""
 
     def __init__(self, spark: "SparkSession", conf: dict[str, str]) -> None:
