@@ -71,6 +71,10 @@ def test_invalid_values_are_rejected_without_echoing_them(tmp_path: Path) -> Non
     with pytest.raises(ConfigError) as info:
         load_settings(path)
     assert "ingest.mode" in str(info.value) and "ingest.max_events_per_batch" in str(info.value)
+    for lanes in (0, 17):  # (each lane holds two connections and a Spark session: bounded)
+        path.write_text(TOML.replace('mode = "strict"', f'mode = "strict"\nparallel_tables = {lanes}'))
+        with pytest.raises(ConfigError, match="ingest.parallel_tables"):
+            load_settings(path)
     path.write_text(TOML + 'unknown_key = "x"\n')
     with pytest.raises(ConfigError, match="unknown_key"):
         load_settings(path)
