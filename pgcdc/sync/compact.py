@@ -1,14 +1,15 @@
-"""`pgcdc compact`: OPTIMIZE and VACUUM of the consumer's Delta tables, never beside an ingest.
+"""`pgcdc compact`: OPTIMIZE and VACUUM of the consumer's Delta tables, never beside a batch.
 
 Small batches leave many small files (and deletion vectors); OPTIMIZE rewrites them into
 few, VACUUM then deletes the files no version within the retention needs. Both hold the
 table's lease from the consumer's workers (sql/functions/worker_lock.sql), so they never
-overlap a run's batches of the same table (a follower leaves it to the next pass). The retention is Delta's own check: the table's
-`delta.deletedFileRetentionDuration` (7 days unless set) or longer, so a reader of an older
-version within it keeps its files. pgcdc's own files beside the table (`_pgcdc/`, the fast
-engine's key indexes) are left alone by VACUUM; a key index whose data file went is dropped
-by the next run. Runs themselves compact a table's small files once there are many
-(`[ingest] compact_files`, with `optimize` below); VACUUM is left to this command.
+overlap a run's batches of the same table (a follower leaves it to the next pass). The
+retention is Delta's own check: the table's `delta.deletedFileRetentionDuration` (7 days
+unless set) or longer, so a reader of an older version within it keeps its files. pgcdc's
+own files beside the table (`_pgcdc/`, the fast engine's key indexes) are left alone by
+VACUUM; a key index whose data file went is dropped by the next run. Runs themselves
+compact a table's small files once there are many (`[ingest] compact_files`, with
+`optimize` below); VACUUM is left to this command.
 """
 
 from __future__ import annotations

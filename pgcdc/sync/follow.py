@@ -3,8 +3,9 @@
 Between runs the follower asks the queue whether any synced table has an event it could apply
 now (one cheap query on the reader, `poll`), every `interval` seconds while idle; a run holds
 a table's lease for its own length only, so `pgcdc compact` of that table, and the consumer's
-other workers, get their turn between runs. Capture is left as it is: no NOTIFY from its triggers, whose commit would take
-PostgreSQL's global notify lock in every application transaction (docs/operations.md).
+other workers, get their turn between runs. Capture is left as it is: no NOTIFY from its
+triggers, whose commit would take PostgreSQL's global notify lock in every application
+transaction (docs/operations.md).
 
 A first SIGTERM or SIGINT stops the follower after the batch in flight (exit 0); a second
 stops it at once, which is as safe as a kill: a batch lands in one Delta commit or not at

@@ -80,6 +80,19 @@ begin
 end
 $fn$;
 
+-- pgcdc._workers(consumer): the consumer's live workers (sql/functions/worker_lock.sql), for
+-- status and errors: "name (pid N)", in the order they joined.
+create or replace function pgcdc._workers(p_name text)
+returns text[]
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select coalesce(array_agg(format('%s (pid %s)', w.worker, w.pid) order by w.since, w.pid), '{}')
+      from pgcdc.consumer_worker w
+     where w.consumer = p_name and pgcdc._lock_held(w.lock_key, w.pid)
+$$;
+
 -- pgcdc.consumer_holder(name): the backend holding the consumer's lease (pid, role,
 -- application_name), or its live workers (worker_lock.sql), or null if none is running. Used by
 -- status and to name a busy consumer.
@@ -96,9 +109,6 @@ as $$
                                   where a.pid = c.lock_pid), '?'))
            from pgcdc.consumer c
           where c.name = p_name and pgcdc._lock_held(c.lock_key, c.lock_pid)),
-        (select format('worker(s) %s', string_agg(format('%s (pid %s)', w.worker, w.pid), ', '
-                                                   order by w.since, w.pid))
-           from pgcdc.consumer_worker w
-          where w.consumer = p_name and pgcdc._lock_held(w.lock_key, w.pid)
-         having count(*) > 0))
+        (select format('worker(s) %s', array_to_string(w, ', ')) from pgcdc._workers(p_name) w
+          where cardinality(w) > 0))
 $$;
