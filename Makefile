@@ -7,13 +7,11 @@ setup:
 demo: setup
 	.venv/bin/pgcdc demo
 
-# lint, the whole suite on the pinned pyspark/delta-spark pair, then the merge engine on the
-# second supported pair (scripts/compat.sh), then capture, security, lifecycle and one randomized
-# schedule on PostgreSQL 18 (scripts/pg18.sh)
+# lint, then the whole suite on the pinned pyspark/delta-spark pair and, beside it, the merge
+# engine on the second supported pair (scripts/compat.sh), then capture, security, lifecycle and
+# one randomized schedule on PostgreSQL 18 (scripts/pg18.sh): scripts/suite.sh
 test: setup lint
-	.venv/bin/pytest
-	bash scripts/compat.sh
-	bash scripts/pg18.sh
+	bash scripts/suite.sh
 
 lint: setup
 	.venv/bin/ruff check pgcdc tests bench jobs

@@ -2,7 +2,8 @@
 # The second supported pair: the merge engine's tests and one randomized schedule on
 # pyspark 3.5 + delta-spark 3.3 (Scala 2.12), in a virtualenv of its own (.venv-compat).
 # On that Delta build the fast engine is untested: `auto` applies every table with merge.
-# Run by `make test` after the main suite (which sets up Java, PostgreSQL and the main .venv).
+# Run by `make test` beside the main suite (scripts/suite.sh; `make` sets up Java, PostgreSQL
+# and the main .venv first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PAIR=("pyspark>=3.5.3,<3.6" "delta-spark>=3.3,<3.4")

