@@ -91,9 +91,9 @@ class Column:
             fits = f"isfinite({expr})" if form == "date" else \
                 f"isfinite({expr}) and ({expr}) <= {_lit(LAST_MICROS + ('+00' if form == 'timestamptz' else ''))}" \
                 f"::{form}"
-            if key:
+            if key:  # (null: a gone row's key column, read beside the batch's key)
                 why = f"a key must land exactly; Delta's {form} holds no infinity and no time after {LAST_MICROS}"
-                return f"case when {fits} then {number} else {refuse(why, 'int8')} end"
+                return f"case when ({expr}) is null then null when {fits} then {number} else {refuse(why, 'int8')} end"
             return f"case when {fits} then {number} end"
         if form == "decimal":
             if key:
