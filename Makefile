@@ -8,8 +8,8 @@ demo: setup
 	.venv/bin/pgcdc demo
 
 # lint, then the whole suite on the pinned pyspark/delta-spark pair and, beside it, the merge
-# engine on the second supported pair (scripts/compat.sh), then capture, security, lifecycle and
-# one randomized schedule on PostgreSQL 18 (scripts/pg18.sh): scripts/suite.sh
+# engine on the second supported pair (scripts/compat.sh), capture, security, lifecycle and one
+# randomized schedule on PostgreSQL 18 (scripts/pg18.sh) and the process-heavy tests: scripts/suite.sh
 test: setup lint
 	bash scripts/suite.sh
 

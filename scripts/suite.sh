@@ -1,36 +1,53 @@
 #!/usr/bin/env bash
-# `make test`'s three suites. The main one (the whole of tests/, PostgreSQL 15 on this image) runs
-# in the foreground; beside it, one after the other, the second Spark/Delta pair (compat.sh) and
-# PostgreSQL 18 (pg18.sh). The main suite leaves about a third of two cores idle (it waits on its
-# servers, on child JVMs and on writers' pauses); the other two use that time instead of adding
-# ~10 minutes after it. Their output goes to .test-logs/ and is printed when the main suite ends.
-# Exit status: the first failing suite's.
+# `make test`'s suites, in two lanes. The main lane runs tests/ (PostgreSQL 15 on this image) but
+# the files of SIDE_FILES. The side lane runs, one after the other: the second Spark/Delta pair
+# (compat.sh), PostgreSQL 18 (pg18.sh), and SIDE_FILES in a pytest of their own: tests that
+# mostly wait on processes they start (a standalone cluster, an installed wheel's spark-submit,
+# another Spark application). The main lane leaves about a third of two cores idle (it waits on
+# its servers, child JVMs and writers' pauses); the side lane uses that time instead of adding
+# ~15 minutes after it. Its output goes to .test-logs/ and is printed when the main lane ends.
+# Arguments go to the main lane's pytest. Exit status: the first failing suite's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+SIDE_FILES=(tests/test_cluster.py tests/test_packaging.py tests/test_catalog.py)
+SIDE=(compat pg18 side)
 logs=.test-logs
 mkdir -p "$logs"
-rm -f "$logs"/compat.log "$logs"/pg18.log
+rm -f "$logs"/*.log "$logs"/*.status
 
+side() {
+  case $1 in
+    compat) bash scripts/compat.sh ;;
+    pg18) bash scripts/pg18.sh ;;
+    side) .venv/bin/pytest -p no:cacheprovider "${SIDE_FILES[@]}" ;;
+  esac
+}
 (
-  bash scripts/compat.sh > "$logs/compat.log" 2>&1; compat=$?
-  bash scripts/pg18.sh > "$logs/pg18.log" 2>&1; pg18=$?
-  echo "$compat $pg18" > "$logs/beside.status"
+  for name in "${SIDE[@]}"; do
+    side "$name" > "$logs/$name.log" 2>&1
+    echo $? > "$logs/$name.status"
+  done
 ) &
-beside=$!
-# (a background job ignores the terminal's ^C: stop it with the main suite)
-trap 'pkill -TERM -P $beside; exit 130' INT TERM
-echo "[test] scripts/compat.sh then scripts/pg18.sh run beside the main suite (logs: $logs/)"
+lane=$!
+# (a background job ignores the terminal's ^C: stop it with the main lane)
+trap 'pkill -TERM -P $lane; exit 130' INT TERM
+echo "[test] beside the main suite: scripts/compat.sh, scripts/pg18.sh, then ${SIDE_FILES[*]} (logs: $logs/)"
 
-.venv/bin/pytest "$@"
-main=$?
-if kill -0 "$beside" 2>/dev/null; then echo "[test] main suite done; waiting for compat.sh and pg18.sh"; fi
-wait "$beside"
-read -r compat pg18 < "$logs/beside.status" || { compat=1; pg18=1; }
-for name in compat pg18; do
-  echo "================================ scripts/$name.sh ================================"
+ignore=()
+for f in "${SIDE_FILES[@]}"; do ignore+=(--ignore "$f"); done
+.venv/bin/pytest "${ignore[@]}" "$@"
+statuses=($?)
+if kill -0 "$lane" 2>/dev/null; then echo "[test] main suite done; waiting for the side lane"; fi
+wait "$lane"
+summary="main suite: exit ${statuses[0]}"
+for name in "${SIDE[@]}"; do
+  echo "================================ side lane: $name ================================"
   cat "$logs/$name.log"
+  status=$(cat "$logs/$name.status" 2>/dev/null || echo 1)
+  statuses+=("$status")
+  summary+="; $name: exit $status"
 done
-echo "[test] main suite: exit $main; compat.sh: exit $compat; pg18.sh: exit $pg18"
-for status in "$main" "$compat" "$pg18"; do
+echo "[test] $summary"
+for status in "${statuses[@]}"; do
   [ "$status" = 0 ] || exit "$status"
 done

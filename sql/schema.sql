@@ -150,6 +150,12 @@ alter table pgcdc.attached add column if not exists table_name text;
 alter table pgcdc.consumer add column if not exists lock_key int;
 alter table pgcdc.consumer add column if not exists lock_pid int;
 
+-- A partitioned table's tree as its capture code was made (pgcdc._generate_capture): every
+-- table of it, the root first, each with capture triggers; null for a table that is not
+-- partitioned. A tree that no longer matches (a partition created, attached, detached or dropped
+-- where no event trigger saw it) is named by pgcdc._capture_gap, and the table is copied.
+alter table pgcdc.attached add column if not exists members oid[];
+
 -- The workers of a consumer (sql/functions/worker_lock.sql): each ingest process sharing the
 -- consumer's tables, its backend and the random advisory key that backend holds while it works.
 create table if not exists pgcdc.consumer_worker (

@@ -1,13 +1,14 @@
 """The randomized differential test: Delta must equal PostgreSQL after any seeded schedule of
 concurrent writers, long and aborted transactions, TRUNCATEs, key changes, ingest runs
 killed at random moments and at every failpoint (in-process, `pgcdc ingest` and
-`spark-submit`), and other writers on the Delta tables. See fixtures/workload.py.
+`spark-submit`), and other writers on the Delta tables. See fixtures/workload.py (and the modules it names).
 
 `make test` plays a few fixed seeds, the modes and engines spread over them (CI time counts):
 odd seeds apply with the merge engine (half of them on copy-on-write tables), even ones with
 auto (the fast engine here); the plain schedule plays fast/out-of-order (12) here, merge/strict
 (11) on PostgreSQL 18 (scripts/pg18.sh) and merge/out-of-order (11) on the second Spark/Delta pair
-(scripts/compat.sh); the lifecycle schedule fast/strict (712), the object-storage one
+(scripts/compat.sh); the lifecycle schedule fast/strict (712), the partitioned one fast/strict
+without event triggers (414), the object-storage one
 merge/out-of-order (911), the standby and follower ones fast/out-of-order (the follower schedule
 with two workers sharing the consumer). The bounded schedules
 play few ingest runs, at most one of them in a process of its own (a JVM start is ~15 s of CI
@@ -95,6 +96,20 @@ def test_delta_equals_postgres_with_a_follower(spark, dsn: str, tmp_path: Path) 
     seed = SEEDS[0] + 301
     runs = int(os.environ.get("PGCDC_FOLLOW_RUNS", "2"))  # (stretches of the writers' schedule; more to soak it)
     _play(Params.draw(seed, "out_of_order" if seed % 4 < 2 else "strict", follow=True, runs=runs, workers=2),
+          spark, dsn, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES if REPLAY else ["strict"])
+def test_delta_equals_postgres_with_a_partitioned_table(spark, dsn: str, tmp_path: Path, mode: str) -> None:
+    """The partitioned schedule: besides the four plain tables, a partitioned table two levels
+    deep whose writers aim at the root, a branch and leaves and move rows between partitions
+    (a new bucket); between runs a partition is created, attached holding rows, detached (now
+    and then CONCURRENTLY), dropped, or a leaf truncated. Every other pair of seeds plays it
+    without event triggers (an install without superuser rights), where runs copy the table
+    after each change to the tree until `pgcdc attach` follows it again."""
+    seed = SEEDS[0] + 401 + 2 * (mode == "strict")  # (414: the fast engine, no event triggers)
+    _play(Params.draw(seed, mode, partitioned=True, event_triggers=seed // 2 % 2 == 0, runs=CI_RUNS, **CI),
           spark, dsn, tmp_path)
 
 

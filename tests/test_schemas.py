@@ -44,10 +44,10 @@ def test_attach_schema_attaches_what_it_can_names_each_refusal_and_each_later_ta
     assert "attached app.a (key id)" in out and "attached app.link (key x, y)" in out
     assert "refused app.nopk: table app.nopk has no primary key; add a primary key" in out
     assert "refused app.fl: key column k of table app.fl has type double precision" in out
-    assert "refused app.part: table app.part is partitioned" in out and "refused app.part_1:" in out
-    assert "schema app: 2 table(s) attached, 1 already attached, 4 refused" in out
+    assert "attached app.part (key id)" in out and "app.part_1" not in out  # (a partition: with its root)
+    assert "schema app: 3 table(s) attached, 1 already attached, 2 refused" in out
     attached = {t.name: t for t in capture.list_attached(db)}
-    assert sorted(attached) == ["app.a", "app.done", "app.link"]  # nothing of other schemas, no view
+    assert sorted(attached) == ["app.a", "app.done", "app.link", "app.part"]  # nothing of other schemas, no view
     assert attached["app.done"].predicate is not None  # an attached table keeps its options
 
     db.execute("create table app.later (id int primary key)")

@@ -38,11 +38,12 @@ def _schema_oid(conn: psycopg.Connection, schema: str) -> tuple[int, str]:
 
 
 def _tables(conn: psycopg.Connection, oid: int) -> list[tuple[int, str]]:
-    """The schema's tables (ordinary and partitioned), as (oid, canonical name), by name."""
+    """The schema's tables (ordinary and partitioned), as (oid, canonical name), by name; not
+    partitions, which are captured with their partitioned table."""
     return [(int(r[0]), r[1]) for r in conn.execute(
         "select c.oid, format('%%I.%%I', n.nspname, c.relname) from pg_class c "
         "join pg_namespace n on n.oid = c.relnamespace where c.relnamespace = %s and c.relkind in ('r', 'p') "
-        "order by c.relname", (oid,))]
+        "and not c.relispartition order by c.relname", (oid,))]
 
 
 def attach_schema(conn: psycopg.Connection, schema: str) -> SchemaAttach:
@@ -73,7 +74,7 @@ def uncaptured(conn: psycopg.Connection) -> list[tuple[str, str]]:
     return conn.execute(
         "select format('%I.%I', n.nspname, c.relname), format('%I', n.nspname) from pgcdc.attached_schema s "
         "join pg_namespace n on n.oid = s.schema_oid join pg_class c on c.relnamespace = s.schema_oid "
-        "where c.relkind in ('r', 'p') and not c.oid = any(s.refused) "
+        "where c.relkind in ('r', 'p') and not c.relispartition and not c.oid = any(s.refused) "
         "  and not exists (select 1 from pgcdc.attached a where a.relid = c.oid) order by 1").fetchall()
 
 

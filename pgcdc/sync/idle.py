@@ -4,7 +4,8 @@ Before a run goes over its tables one by one, three queries look at all of them 
 mirrored states (primary), every table's live columns and the queue from each table's
 watermark on (reader, one snapshot). A table whose state this process knows (or its state file
 holds), that PostgreSQL's mirror agrees with, whose columns are the ones its Delta table was
-checked against and whose queue holds nothing to apply below the horizon is idle: only its
+checked against, whose capture covers its partition tree (partitions.gaps) and whose queue
+holds nothing to apply below the horizon is idle: only its
 mirrored watermark moves (one statement for all of them). Every other table takes the full
 path (`ingest.Job.sync_table`), which checks its Delta table. What decides is `plan.idle_base`
 and `plan.idle_move`.
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from pgcdc.lake.paths import local_folder, target_root
 from pgcdc.lake.state import read_state_file
-from pgcdc.source import events
+from pgcdc.source import events, partitions
 from pgcdc.source.columns import columns_of, fingerprint
 from pgcdc.source.mirror import mirror_states, mirrored
 from pgcdc.sync.plan import idle_base, idle_move
@@ -51,6 +52,8 @@ def pass_idle(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connec
     bases: dict[int, tuple["AttachedTable", "ConsumerState", str]] = {}
     candidates = [t for t in tables if t.table_id in mirrors and mirrors[t.table_id].target.startswith(root)
                   and _log_present(mirrors[t.table_id].target)]
+    gapped = partitions.gaps(primary, {t.table_id: t.name for t in candidates})  # (copied on the full path)
+    candidates = [t for t in candidates if t.table_id not in gapped]
     if not candidates:
         return {}, {}
     with reader.transaction():

@@ -26,7 +26,7 @@ from pgcdc.lake.state import committed_batch, load_state, read_state_file, write
 from pgcdc.lake.target import Written
 from pgcdc.log import fields
 from pgcdc.settings import Settings
-from pgcdc.source import access, enrich, events
+from pgcdc.source import access, enrich, events, partitions
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.columns import Column, fingerprint, table_columns
 from pgcdc.source.events import pending
@@ -156,13 +156,12 @@ class Job:
                 reader.execute("set transaction isolation level repeatable read, read only")
                 snap = events.take_snapshot(reader)
                 batch = self.plan(reader, state, snap)
-                rows, table_bytes = reader.execute("select reltuples, pg_table_size(oid) from pg_class "
-                                                   "where oid = %s::regclass", (t.name,)).fetchone()
+                size = partitions.size(reader, t.name)
             start = start or snap
             assert start is not None
             if batch is None:
                 break
-            step = next_step(batch, rows, s.ingest.recopy_fraction)
+            step = next_step(batch, size.rows, s.ingest.recopy_fraction)
             if step.kind == "copy":
                 self.say(f"{t.name}: batch holds {step.why}: copying the table instead of applying the batch")
                 state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, state.batch,
@@ -174,7 +173,7 @@ class Job:
                 # (written below) may move ahead: the events retention then drops are not this table's
                 state = self.moved(path, state, batch)
             else:
-                row_bytes = table_bytes / max(rows, 1)  # (reltuples is -1 before the first analyze)
+                row_bytes = size.bytes / max(size.rows, 1)  # (rows is -1 before the first analyze)
                 try:
                     state = self.apply_batch(choice.engine, primary, reader, jdbc, t, columns, batch, snap,
                                              row_bytes, state, path, report)
@@ -289,9 +288,8 @@ class Job:
             if snap.txmin < registered:  # a standby that has not replayed the registration yet
                 raise _Behind(snap.txmin)
             exported = reader.execute("select pg_export_snapshot()").fetchone()[0]
-            relpages, table_bytes = reader.execute("select greatest(relpages, 1), pg_table_size(oid) from pg_class "
-                                                   "where oid = %s::regclass", (t.name,)).fetchone()
-            self.say(f"{t.name}: copying the whole table ({relpages} pages) ...")
+            size = partitions.size(reader, t.name)
+            self.say(f"{t.name}: copying the whole table ({size.total_pages} pages) ...")
             # the transactions at or above txmin whose changes the snapshot shows are copied too
             applied = events.visible_at_or_above(reader, t.table_id, snap)
             state = ConsumerState(self.settings.consumer, t.name, t.table_id, identity, snap.txmin,
@@ -301,13 +299,13 @@ class Job:
                 mark_committing(primary, state, path)  # after the snapshot the copy reads
                 faults.failpoint("before-copy-commit")
             written = None
-            if engine is not None and copy_on_driver(table_bytes, engine.name):
+            if engine is not None and copy_on_driver(size.bytes, engine.name):
                 written = engine.copy(CopyWork(self.spark, path, lambda: enrich.fetch_table(reader, t, columns),
                                                self.source_schema(jdbc, t, columns), t.key_columns, state,
                                                before_commit))
             if written is None:
                 rows = enrich.read_table(self.spark, jdbc, t, columns, self.settings.ingest.jdbc_partitions,
-                                         relpages, exported)
+                                         size.pages, exported)
                 before_commit()
                 written = target.overwrite(self.spark, path, rows, state)
         self.committed(primary, path, state, written, copied=True)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal
 from pgcdc.errors import TargetError
 from pgcdc.lake import tablelog, target
 from pgcdc.lake.paths import target_path, target_root
+from pgcdc.source import partitions
 from pgcdc.source.mirror import committing_batch, recorded_target, resync_reason, target_holder
 
 SMALL_FILE = 32 * 1024 * 1024  # bytes: a data file under this is small (Delta's OPTIMIZE aims at 1 GiB files)
@@ -64,10 +65,15 @@ def copy_reason(primary: "psycopg.Connection", spark: "SparkSession", settings: 
                 path: str, source: "StructType") -> str | None:
     """Why the table must be copied before batches apply to it again, or None: the consumer
     fell past the retention limit (the queue no longer keeps what it missed, see
-    consumers.py), or the table's columns (`source`, as the sync reads them) changed."""
+    consumers.py), capture no longer covers the table's partition tree (partitions.gaps: a copy
+    each run until `pgcdc attach` makes capture follow it), or the table's columns (`source`,
+    as the sync reads them) changed."""
     reason = resync_reason(primary, settings.consumer, t.table_id)
     if reason is not None:
         return f"consumer {settings.consumer} fell past the retention limit ({reason})"
+    gap = partitions.gaps(primary, {t.table_id: t.name}).get(t.table_id)
+    if gap is not None:
+        return gap
     changed = columns_changed(spark, settings, t, path, source)
     return None if changed is None else f"its columns changed ({changed})"
 

@@ -4,9 +4,10 @@
 -- table_id: its consumers copy it again). Returns the table_id.
 -- Touches: pgcdc.attached, and (through _generate_capture) a capture function and four triggers.
 -- Errors (SQLSTATE): PC001 no primary key, PC002 bad key columns, PC003 bad predicate,
--- PC004 key of a type whose text form or equality pgcdc cannot keep exact, PC005 partitioned
--- or inherited table (statements aimed at a partition or child bypass the parent's triggers),
--- 42809 not a table.
+-- PC004 key of a type whose text form or equality pgcdc cannot keep exact, PC005 a partition
+-- (its root is attached instead) or a table of an inheritance tree (statements aimed at a child
+-- bypass the parent's triggers), 42809 not a table. A partitioned table is captured whole: every
+-- table of its tree, at any depth (_generate_capture).
 create or replace function pgcdc.attach(
     tbl regclass,
     key_columns text[] default null,
@@ -25,6 +26,7 @@ declare
     v_pred_cols text[];
     v_role name;
     v_attnums int2[];
+    v_members oid[];
 begin
     perform pgcdc._forget_dropped();
     if (select relkind from pg_class where oid = tbl) not in ('r', 'p') then
@@ -32,13 +34,18 @@ begin
             hint = 'attach ordinary or partitioned tables only';
     end if;
 
-    if exists (select 1 from pg_class where oid = tbl and (relkind = 'p' or relispartition or relhassubclass))
-       or exists (select 1 from pg_inherits where inhrelid = tbl) then
+    if (select relispartition from pg_class where oid = tbl) then
         raise exception using errcode = 'PC005',
-            message = format('table %s is partitioned, a partition, or part of an inheritance tree', tbl),
-            hint = 'pgcdc cannot capture it: statements aimed at a partition (or child) do not fire the parent''s '
-                   'statement triggers, nor do statements aimed at the parent fire the partition''s; '
-                   'see docs/capture.md';
+            message = format('table %s is a partition of %s', tbl, pg_partition_root(tbl)),
+            hint = format('attach the partitioned table instead: `pgcdc attach %s` captures every partition of it',
+                          pg_partition_root(tbl));
+    end if;
+    if (select relkind from pg_class where oid = tbl) = 'r'
+       and (exists (select 1 from pg_inherits where inhrelid = tbl or inhparent = tbl)) then
+        raise exception using errcode = 'PC005',
+            message = format('table %s is part of an inheritance tree', tbl),
+            hint = 'pgcdc cannot capture it: statements aimed at a child do not fire the parent''s statement '
+                   'triggers; a partitioned table (PARTITION BY) can be attached; see docs/capture.md';
     end if;
 
     if key_columns is null then
@@ -116,6 +123,7 @@ begin
     if v_id is not null then
         perform pgcdc._forget(v_id, null);
     end if;
+    select t.members into v_members from pgcdc.attached t where t.relid = tbl;
 
     insert into pgcdc.attached as t (relid, table_name, key_columns, key_types, predicate, predicate_columns, shard,
                                      key_attnums)
@@ -129,6 +137,11 @@ begin
     delete from pgcdc.forgotten f where f.table_name = tbl::text;
 
     perform pgcdc._generate_capture(v_id);
+    if v_members is distinct from (select t.members from pgcdc.attached t where t.table_id = v_id)
+       and v_members is not null then
+        -- its partitions changed where no event trigger saw it: rows may have come or gone unseen
+        perform pgcdc._queue_copy(v_id);
+    end if;
     -- the reader roles `pgcdc grant` made may read it (docs/security.md)
     for v_role in select g.role_name from pgcdc.grantee g where g.kind = 'reader' loop
         execute format('grant usage on schema %I to %I', (select n.nspname from pg_class c join pg_namespace n

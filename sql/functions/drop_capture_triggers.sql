@@ -1,16 +1,24 @@
--- pgcdc._drop_capture_triggers(tbl): remove every pgcdc capture trigger from a table.
--- Shared by _generate_capture (before re-creating them) and detach.
-create or replace function pgcdc._drop_capture_triggers(tbl regclass)
+-- pgcdc._drop_capture_triggers(tbl, fn): remove every pgcdc capture trigger from a table and,
+-- with fn (a table's capture function), from every table whose triggers call it: the members
+-- of a partitioned table's tree, and partitions detached from it where no event trigger saw it.
+-- Shared by _generate_capture (before re-creating them), detach and the DDL handling.
+drop function if exists pgcdc._drop_capture_triggers(regclass);
+create or replace function pgcdc._drop_capture_triggers(tbl regclass, fn regprocedure default null)
 returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $fn$
 declare
     t text;
+    r regclass;
 begin
-    foreach t in array array['pgcdc_capture_ins', 'pgcdc_capture_upd', 'pgcdc_capture_pk',
-                             'pgcdc_capture_del', 'pgcdc_capture_trunc'] loop
-        execute format('drop trigger if exists %I on %s', t, tbl);
+    for r in select tbl where tbl is not null
+             union select distinct g.tgrelid::regclass from pg_trigger g where g.tgfoid = fn
+    loop
+        foreach t in array array['pgcdc_capture_ins', 'pgcdc_capture_upd', 'pgcdc_capture_pk',
+                                 'pgcdc_capture_del', 'pgcdc_capture_trunc'] loop
+            execute format('drop trigger if exists %I on %s', t, r);
+        end loop;
     end loop;
 end
 $fn$;

@@ -17,9 +17,9 @@ begin
     if a.table_id is null then
         return;
     end if;
-    if exists (select 1 from pg_class where oid = a.relid) then
-        perform pgcdc._drop_capture_triggers(a.relid);
-    end if;
+    -- (from the table if it still exists, and from every partition whose triggers call its function)
+    perform pgcdc._drop_capture_triggers((select c.oid::regclass from pg_class c where c.oid = a.relid),
+                                         to_regprocedure(format('pgcdc.%I()', 'capture_' || p_table_id)));
     execute format('drop function if exists pgcdc.%I()', 'capture_' || p_table_id);
     if reason is not null then
         insert into pgcdc.forgotten (table_id, table_name, reason, targets)

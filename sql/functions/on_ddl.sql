@@ -1,5 +1,7 @@
--- pgcdc._on_ddl(): event trigger function (ddl_command_end; installed where the installing
--- role may create event triggers). After DDL on an attached table that changed its columns,
+-- pgcdc._on_ddl(): event trigger function (ddl_command_end of ALTER TABLE and CREATE TABLE;
+-- installed where the installing role may create event triggers). After DDL on an attached
+-- table that changed its partition tree, capture follows the tree (below). After DDL on an
+-- attached table that changed its columns,
 -- in the DDL's own transaction: follow renamed key columns (by number), regenerate the capture
 -- code, and queue a T event so every consumer copies the table again (its Delta copy has the
 -- old columns). If the key or the predicate no longer exists, capture stops (its triggers are
@@ -30,7 +32,7 @@ begin
           from unnest(a.key_attnums) with ordinality u(n, o)
           join pg_attribute t on t.attrelid = a.relid and t.attnum = u.n and not t.attisdropped;
         if coalesce(cardinality(v_cols), 0) <> cardinality(a.key_attnums) then
-            perform pgcdc._drop_capture_triggers(a.relid);
+            perform pgcdc._drop_capture_triggers(a.relid, to_regprocedure(format('pgcdc.%I()', 'capture_' || a.table_id)));
             raise warning 'pgcdc: a key column of %s was dropped: its changes are no longer captured', a.relid
                 using hint = format('run `pgcdc attach %s` with its new key, then `pgcdc resync %s`', a.relid, a.relid);
             continue;
@@ -46,13 +48,27 @@ begin
             end if;
             perform pgcdc._generate_capture(a.table_id);
         exception when others then
-            perform pgcdc._drop_capture_triggers(a.relid);
+            perform pgcdc._drop_capture_triggers(a.relid, to_regprocedure(format('pgcdc.%I()', 'capture_' || a.table_id)));
             raise warning 'pgcdc: capture of % stopped: %', a.relid, sqlerrm
                 using hint = format('run `pgcdc attach %s` with a valid --where, then `pgcdc resync %s`', a.relid, a.relid);
             continue;
         end;
-        insert into pgcdc.commit_queue (txid, slot, table_id, op, shard, keys)
-        values (pg_current_xact_id(), pgcdc._slot(pg_current_xact_id()), a.table_id, 'T', a.shard, null);
+        perform pgcdc._queue_copy(a.table_id);
+    end loop;
+    -- a partitioned table's tree changed (a partition created, attached or detached, at any
+    -- depth): capture follows it in this transaction; the rows an attached partition brought
+    -- in, or a detached one took away, are copied (a partition just created holds none)
+    for a in select distinct on (t.table_id) t.*
+               from pg_event_trigger_ddl_commands() c
+              cross join lateral pg_partition_ancestors(c.objid) p(relid)
+               join pgcdc.attached t on t.relid = p.relid
+              where c.classid = 'pg_class'::regclass and t.members is not null
+                and t.members is distinct from pgcdc._members(t.relid)
+    loop
+        perform pgcdc._generate_capture(a.table_id);
+        if tg_tag = 'ALTER TABLE' then
+            perform pgcdc._queue_copy(a.table_id);
+        end if;
     end loop;
 end
 $fn$;
@@ -61,8 +77,9 @@ $fn$;
 -- a role that may not goes on without it (`pgcdc status` says so).
 do $et$
 begin
-    if not exists (select 1 from pg_event_trigger where evtname = 'pgcdc_ddl') then
-        create event trigger pgcdc_ddl on ddl_command_end when tag in ('ALTER TABLE')
+    if not exists (select 1 from pg_event_trigger where evtname = 'pgcdc_ddl' and 'CREATE TABLE' = any(evttags)) then
+        drop event trigger if exists pgcdc_ddl;  -- (schema v8's fired on ALTER TABLE alone)
+        create event trigger pgcdc_ddl on ddl_command_end when tag in ('ALTER TABLE', 'CREATE TABLE')
             execute function pgcdc._on_ddl();
     end if;
 exception when insufficient_privilege then

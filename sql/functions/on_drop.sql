@@ -2,7 +2,8 @@
 -- create event triggers). DROP TABLE of an attached table (or DROP SCHEMA ... CASCADE) detaches
 -- it in the DROP's own transaction: its capture function and consumer states go, so the queue
 -- no longer keeps its events; pgcdc.forgotten records it, and `pgcdc status` names it (with
--- its Delta tables) until `pgcdc detach NAME` acknowledges it.
+-- its Delta tables) until `pgcdc detach NAME` acknowledges it. DROP of a partition of an
+-- attached partitioned table: capture follows the tree and every consumer copies the table.
 -- Touches: pgcdc.attached, pgcdc.consumer_state, pgcdc.forgotten, capture functions.
 create or replace function pgcdc._on_drop()
 returns event_trigger
@@ -21,6 +22,16 @@ begin
         perform pgcdc._forget(r.table_id, 'dropped', r.object_identity);
         raise warning 'pgcdc: % was attached; it is detached now (its Delta tables stay as they are)', r.object_identity
             using hint = format('`pgcdc detach %s` acknowledges it in `pgcdc status`', r.object_identity);
+    end loop;
+    -- a partition of an attached table dropped: its rows left the table without row events;
+    -- capture follows the tree, and every consumer copies the table
+    for r in select a.table_id from pgcdc.attached a
+              where a.members && array(select o.objid from pg_event_trigger_dropped_objects() o
+                                        where o.classid = 'pg_class'::regclass and o.objsubid = 0)
+                and exists (select 1 from pg_class c where c.oid = a.relid)
+    loop
+        perform pgcdc._generate_capture(r.table_id);
+        perform pgcdc._queue_copy(r.table_id);
     end loop;
 end
 $fn$;

@@ -10,10 +10,11 @@ security definer  -- the table's owner runs the DDL; it needs no rights on pgcdc
 set search_path = pg_catalog, pg_temp
 as $fn$
 begin
-    insert into pgcdc.commit_queue (txid, slot, table_id, op, shard, keys)
-    select pg_current_xact_id(), pgcdc._slot(pg_current_xact_id()), a.table_id, 'T', a.shard, null
-      from pgcdc.attached a
-     where a.relid = pg_event_trigger_table_rewrite_oid();
+    -- (a partition's rewrite: its root's table; an ALTER TABLE of the root rewrites each partition)
+    perform pgcdc._queue_copy(a.table_id)
+       from pgcdc.attached a
+      where a.relid = pg_event_trigger_table_rewrite_oid()
+         or pg_event_trigger_table_rewrite_oid() = any(a.members);
 end
 $fn$;
 
