@@ -65,6 +65,13 @@ def test_statements_aimed_at_the_root_a_branch_or_a_leaf_queue_their_keys_under_
     capture.detach(db, "pay")
     assert db.execute("select count(*) from pg_trigger where tgname like 'pgcdc_capture_%'").fetchone()[0] == 0
 
+    assert status_data(db)["ddl_guard"]
+    db.execute("drop event trigger pgcdc_ddl; create event trigger pgcdc_ddl on ddl_command_end "
+               "when tag in ('ALTER TABLE') execute function pgcdc._on_ddl()")  # (as schema v8 made it)
+    assert not status_data(db)["ddl_guard"]  # partitions created later would go unseen
+    capture.install(db)  # (an upgrade makes it anew)
+    assert status_data(db)["ddl_guard"]
+
 
 @pytest.mark.parametrize("guard", ["event trigger", "no event trigger"])
 def test_delta_equals_a_partitioned_table_through_its_trees_life(db: psycopg.Connection, syncer: Syncer,

@@ -333,9 +333,10 @@ def stats(conn: psycopg.Connection) -> list[TableStats]:
 
 def ddl_guard(conn: psycopg.Connection) -> bool:
     """Whether the event triggers that keep capture working through DDL (pgcdc_ddl, and
-    pgcdc_rewrite for rewrites that change values) are installed and enabled."""
-    return conn.execute("select count(*) from pg_event_trigger where evtname in ('pgcdc_ddl', 'pgcdc_rewrite') "
-                        "and evtenabled <> 'D'").fetchone()[0] == 2
+    pgcdc_rewrite for rewrites that change values) are installed and enabled; a pgcdc_ddl of
+    schema v8 (ALTER TABLE alone: partitions created later go unseen) does not count."""
+    return conn.execute("select count(*) from pg_event_trigger where evtenabled <> 'D' and (evtname = "
+                        "'pgcdc_rewrite' or evtname = 'pgcdc_ddl' and 'CREATE TABLE' = any(evttags))").fetchone()[0] == 2
 
 
 def queue_size(conn: psycopg.Connection) -> tuple[int, int]:
