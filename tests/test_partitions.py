@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from fixtures.ingest import Syncer
+from fixtures.ingest import Syncer, disable_event_triggers
 from pgcdc.source import capture
 from pgcdc.sync.status import status_data
 
@@ -82,8 +82,7 @@ def test_delta_equals_a_partitioned_table_through_its_trees_life(db: psycopg.Con
     status asks for `pgcdc attach`) until attach makes capture follow the tree again."""
     db.execute(TREE)
     if guard == "no event trigger":
-        db.execute("alter event trigger pgcdc_ddl disable; alter event trigger pgcdc_drop disable; "
-                   "alter event trigger pgcdc_rewrite disable")
+        disable_event_triggers(db)
     capture.attach(db, "pay")
     syncer.run()
     _assert_equal(db, syncer)

@@ -78,9 +78,9 @@ def _capture_problems(conn: psycopg.Connection) -> list[str]:
                         f"queues a whole-table copy instead of its keys; run `pgcdc attach {table}` so capture "
                         "follows the table again")
     for table_id, table, enabled, disabled, replica, has_pk_trigger, members in rows:
-        expected = (5 if has_pk_trigger else 4) * members
         if table_id in gapped:
             continue
+        expected = (5 if has_pk_trigger else 4) * members
         if replica:
             problems.append(f"capture of {table} fires only under session_replication_role = replica (ALTER TABLE ... "
                             "ENABLE REPLICA TRIGGER): its changes are not queued; run `pgcdc attach "

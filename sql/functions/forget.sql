@@ -18,8 +18,7 @@ begin
         return;
     end if;
     -- (from the table if it still exists, and from every partition whose triggers call its function)
-    perform pgcdc._drop_capture_triggers((select c.oid::regclass from pg_class c where c.oid = a.relid),
-                                         to_regprocedure(format('pgcdc.%I()', 'capture_' || p_table_id)));
+    perform pgcdc._drop_capture_triggers((select c.oid::regclass from pg_class c where c.oid = a.relid), p_table_id);
     execute format('drop function if exists pgcdc.%I()', 'capture_' || p_table_id);
     if reason is not null then
         insert into pgcdc.forgotten (table_id, table_name, reason, targets)

@@ -186,17 +186,16 @@ $body$, a.table_id, a.relid::text, v_mine, format(v_t, 'null'), fits,
     execute format('revoke all on function %s() from public', fname);
     perform pgcdc._own_capture((fname || '()')::regprocedure);
 
-    perform pgcdc._drop_capture_triggers(a.relid, (fname || '()')::regprocedure);
+    perform pgcdc._drop_capture_triggers(a.relid, a.table_id);
+    select string_agg(format('old.%1$I is distinct from new.%1$I', c), ' or '), string_agg(format('%I', c), ', ')
+      into pk_changed, pk_cols
+      from unnest(a.key_columns) c;
     for v_member in select m::regclass from unnest(coalesce(a.members, array[a.relid::oid])) m loop
         execute format('create trigger pgcdc_capture_ins after insert on %s referencing new table as pgcdc_new '
                        'for each statement execute function %s()', v_member, fname);
         if not v_both then
             execute format('create trigger pgcdc_capture_upd after update on %s referencing new table as pgcdc_new '
                            'for each statement execute function %s()', v_member, fname);
-            select string_agg(format('old.%1$I is distinct from new.%1$I', c), ' or '),
-                   string_agg(format('%I', c), ', ')
-              into pk_changed, pk_cols
-              from unnest(a.key_columns) c;
             -- "update of <key columns>": skipped outright unless the UPDATE sets a key column
             execute format('create trigger pgcdc_capture_pk after update of %s on %s for each row when (%s) '
                            'execute function %s()', pk_cols, v_member, pk_changed, fname);

@@ -32,7 +32,7 @@ begin
           from unnest(a.key_attnums) with ordinality u(n, o)
           join pg_attribute t on t.attrelid = a.relid and t.attnum = u.n and not t.attisdropped;
         if coalesce(cardinality(v_cols), 0) <> cardinality(a.key_attnums) then
-            perform pgcdc._drop_capture_triggers(a.relid, to_regprocedure(format('pgcdc.%I()', 'capture_' || a.table_id)));
+            perform pgcdc._drop_capture_triggers(a.relid, a.table_id);
             raise warning 'pgcdc: a key column of %s was dropped: its changes are no longer captured', a.relid
                 using hint = format('run `pgcdc attach %s` with its new key, then `pgcdc resync %s`', a.relid, a.relid);
             continue;
@@ -48,7 +48,7 @@ begin
             end if;
             perform pgcdc._generate_capture(a.table_id);
         exception when others then
-            perform pgcdc._drop_capture_triggers(a.relid, to_regprocedure(format('pgcdc.%I()', 'capture_' || a.table_id)));
+            perform pgcdc._drop_capture_triggers(a.relid, a.table_id);
             raise warning 'pgcdc: capture of % stopped: %', a.relid, sqlerrm
                 using hint = format('run `pgcdc attach %s` with a valid --where, then `pgcdc resync %s`', a.relid, a.relid);
             continue;
