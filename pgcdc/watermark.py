@@ -70,6 +70,13 @@ class ConsumerState:
     batch: int = 0
     run_id: str = ""
     columns: str = ""  # the fingerprint of the source columns its Delta table was last checked against ("": unknown)
+    shard: int | None = None  # a fan-in source's shard: its rows in the Delta table, and its state there
+
+    @property
+    def key(self) -> str:
+        """What its state is known by in its Delta table (lake/state.py): the consumer, or in a
+        fan-in's Delta table, the consumer's state of one shard."""
+        return state_key(self.consumer, self.shard)
 
     def next(self, watermark: int, applied_above: TxidSet) -> "ConsumerState":
         """The state after one more batch: the watermark only ever moves up."""
@@ -90,7 +97,7 @@ class ConsumerState:
         return json.dumps({"pgcdc_state": STATE_FORMAT, "consumer": self.consumer, "table": self.table,
                            "table_id": self.table_id, "system_id": self.system_id, "watermark": self.watermark,
                            "out_of_order": self.out_of_order.encode(), "batch": self.batch, "run_id": self.run_id,
-                           "columns": self.columns},
+                           "columns": self.columns, **({} if self.shard is None else {"shard": self.shard})},
                           sort_keys=True)
 
     @classmethod
@@ -104,4 +111,11 @@ class ConsumerState:
             return None
         return cls(consumer=d["consumer"], table=d["table"], table_id=int(d["table_id"]), system_id=d["system_id"],
                    watermark=int(d["watermark"]), out_of_order=TxidSet.decode(d["out_of_order"]),
-                   batch=int(d["batch"]), run_id=d.get("run_id", ""), columns=d.get("columns", ""))
+                   batch=int(d["batch"]), run_id=d.get("run_id", ""), columns=d.get("columns", ""),
+                   shard=None if d.get("shard") is None else int(d["shard"]))
+
+
+def state_key(consumer: str, shard: int | None) -> str:
+    """The name a consumer's state goes by in a Delta table: the consumer's, or for a fan-in
+    source, "<consumer>@<shard>" (consumer names hold no "@", settings.py)."""
+    return consumer if shard is None else f"{consumer}@{shard}"

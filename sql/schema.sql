@@ -156,6 +156,13 @@ alter table pgcdc.consumer add column if not exists lock_pid int;
 -- where no event trigger saw it) is named by pgcdc._capture_gap, and the table is copied.
 alter table pgcdc.attached add column if not exists members oid[];
 
+-- Fan-in (`pgcdc attach SRC --into NAME --shard N`): source tables of the same shape that land
+-- in one Delta table, named `into_table`, each source's rows under its shard (a key column
+-- there, docs/fan-in.md). A shard is one source's in its Delta table.
+alter table pgcdc.attached add column if not exists into_table text;
+create unique index if not exists attached_into_shard on pgcdc.attached (into_table, shard)
+    where into_table is not null;
+
 -- The workers of a consumer (sql/functions/worker_lock.sql): each ingest process sharing the
 -- consumer's tables, its backend and the random advisory key that backend holds while it works.
 create table if not exists pgcdc.consumer_worker (

@@ -180,7 +180,7 @@ def test_a_renamed_table_keeps_its_delta_table_and_a_rename_back_revives_nothing
     db.execute("update r set v = v + 1 where id <= 10")
     syncer.run()
     [t] = capture.list_attached(db)
-    assert table_path(db, "test", t.table_id, t.name, str(syncer.root)) == (first, True)
+    assert table_path(db, "test", t, str(syncer.root)) == (first, True)
     assert not (syncer.root / "public.r2").exists()
     pg = sorted(db.execute("select id, v from r").fetchall())
     assert _delta_rows(syncer, "public.r", "id, v") == pg and pg[0] == (1, 2) and pg[-1] == (40, 1)

@@ -23,6 +23,7 @@ from pgcdc.cli.spark_commands import (
     cmd_verify,
 )
 from pgcdc.errors import ATTENTION, ConfigError, PgcdcError, SourceError
+from pgcdc.lake import shards
 from pgcdc.lake.paths import check_target_root
 from pgcdc.settings import describe, masked_dsn
 from pgcdc.source import capture, consumers, schemas
@@ -104,14 +105,16 @@ def cmd_attach(args: argparse.Namespace) -> int:
         raise ConfigError("name a table or --schema SCHEMA (not both): `pgcdc attach app.orders`, "
                           "`pgcdc attach --schema app`")
     if args.schema:
-        if args.key or args.where or args.shard is not None:
-            raise ConfigError("--key, --where and --shard apply to one table; attach such a table on its own")
+        if args.key or args.where or args.shard is not None or args.into:
+            raise ConfigError("--key, --where, --shard and --into apply to one table; attach such a table on its own")
         return _attach_schemas(args)
     key = [c.strip() for c in args.key.split(",")] if args.key else None
     with _source(args) as conn:
-        t = capture.attach(conn, args.table, key=key, predicate=args.where, shard=args.shard)
+        t = capture.attach(conn, args.table, key=key, predicate=args.where, shard=args.shard, into=args.into)
     extra = "".join([f", where {t.predicate}" if t.predicate else "", f", shard {t.shard}" if t.shard is not None else ""])
     print(f"attached {t.name} (key {', '.join(t.key_columns)}{extra}); its changes are now captured")
+    if t.into is not None:
+        print(f"its rows land in {t.into} with {shards.SHARD} = {t.shard}, beside that fan-in's other sources")
     print("next: run `pgcdc ingest` (its first run copies the table's existing rows)")
     return 0
 
@@ -177,13 +180,14 @@ def cmd_list(args: argparse.Namespace) -> int:
     with _source(args) as conn:
         tables = capture.list_attached(conn)
     if args.json:
-        _print_json([{"table": t.name, "key": t.key_columns, "where": t.predicate, "shard": t.shard} for t in tables])
+        _print_json([{"table": t.name, "key": t.key_columns, "where": t.predicate, "shard": t.shard, "into": t.into}
+                     for t in tables])
         return 0
     if not tables:
         print("no tables attached; run `pgcdc attach SCHEMA.TABLE`")
         return 0
-    rows = [("table", "key", "where", "shard")]
-    rows += [(t.name, ", ".join(t.key_columns), t.predicate or "", "" if t.shard is None else str(t.shard))
+    rows = [("table", "key", "where", "shard", "into")]
+    rows += [(t.name, ", ".join(t.key_columns), t.predicate or "", "" if t.shard is None else str(t.shard), t.into or "")
              for t in tables]
     print("\n".join(table_lines(rows)))
     return 0
@@ -323,7 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "repeatable (exit 1 if some were refused)")
     p.add_argument("--key", help="comma-separated unique NOT NULL key columns (default: the primary key)")
     p.add_argument("--where", help="SQL predicate on the table's columns; only matching rows are synced")
-    p.add_argument("--shard", type=int, help="routing number stored with every event")
+    p.add_argument("--shard", type=int, help="routing number stored with every event; with --into, the source's "
+                   f"shard in its fan-in (its rows carry it in column {shards.SHARD})")
+    p.add_argument("--into", metavar="SCHEMA.TABLE", help="land the table in this fan-in's Delta table, beside other "
+                   "sources of the same shape, each under its own --shard (docs/fan-in.md)")
     p = add("grant", cmd_grant, "grant a role what a pgcdc reader (ingest, status, verify) or admin needs")
     p.add_argument("role", help="an existing role, e.g. one made with CREATE ROLE pgcdc_reader LOGIN PASSWORD '...'")
     kind = p.add_mutually_exclusive_group(required=True)

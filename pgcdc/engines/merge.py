@@ -7,7 +7,7 @@ row inserted. Delta itself writes the commit: deletion vectors where the table h
 row ids where the table has them. What it has that a hand-written MERGE lacks:
 
 - the condition bounds the target's key to the batch's key range (a one-column integer
-  key), so Delta skips the files outside it;
+  key), so Delta skips the files outside it; a fan-in source's, to its shard's partition;
 - the batch is read from PostgreSQL once (into Spark's cache) and MERGE reads that,
   instead of materializing its source again;
 - the consumer state rides in the same commit: Delta's idempotent-write confs
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from pgcdc import faults
 from pgcdc.errors import ConflictError, TargetError
-from pgcdc.lake import tablelog
+from pgcdc.lake import shards, tablelog
 from pgcdc.lake.paths import spark_ident as _col
 from pgcdc.lake.state import app_id
 from pgcdc.lake.target import Written, last_commit, session_confs, state_commit
@@ -50,7 +50,7 @@ class MergeEngine:
         from pyspark import StorageLevel
 
         spark, path, state = work.spark, work.path, work.state
-        if tablelog.txn_version(spark, path, app_id(state.consumer)) >= state.batch:
+        if tablelog.txn_version(spark, path, app_id(state.key)) >= state.batch:
             raise TargetError(f"batch {state.batch} of consumer {state.consumer} is already committed to {path}: "
                               "is a second ingest running elsewhere?")
         bounds = enrich.key_bounds(work.reader, work.table, work.batch)
@@ -64,6 +64,9 @@ class MergeEngine:
                 condition += f" and t.{_col(keys[0])} between {int(bounds[0])} and {int(bounds[1])}"
             live = f"s.{_col(keys[0])} is not null"  # (a key column is never null in a current row)
             values: dict[str, str | Column] = {_col(f.name): f"s.{_col(f.name)}" for f in read.schema.fields}
+            if state.shard is not None:  # a fan-in source: its rows alone (its partition: lake/shards.py)
+                condition += f" and t.{shards.where(state.shard)}"
+                values[shards.SHARD] = str(int(state.shard))
             work.before_commit()
             faults.failpoint("before-commit")
             merge = (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), condition)

@@ -1,12 +1,15 @@
 """The consumer state (pgcdc.watermark) on the Delta side: committed in the same Delta commit
 as the data it describes, and read back from it.
 
-- Delta's idempotent-write `txn` action (appId "pgcdc:<consumer>", version = batch
+- Delta's idempotent-write `txn` action (appId "pgcdc:<key>", version = batch
   number) marks the commit; it survives checkpoints and log cleanup;
 - the full state rides in that commit's commitInfo.userMetadata;
-- after the commit it is copied to <table>/_pgcdc/<consumer>.json (VACUUM skips
+- after the commit it is copied to <table>/_pgcdc/<key>.json (VACUUM skips
   folders starting with "_"), so it outlives log retention, and mirrored into
   PostgreSQL (pgcdc.consumer_state) for status and queue retention.
+
+The key (ConsumerState.key) is the consumer's name; in a fan-in's Delta table each source has
+a state of its own, "<consumer>@<shard>", beside the others (several txn appIds in one table).
 
 On start the batch number in the txn action is the truth; the state is taken from the
 file if it holds that batch, else from the commitInfo of that commit.
@@ -29,39 +32,39 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def app_id(consumer: str) -> str:
-    """The Delta txn appId of a consumer."""
-    return f"pgcdc:{consumer}"
+def app_id(key: str) -> str:
+    """The Delta txn appId of a state key (a consumer, or a consumer's fan-in shard)."""
+    return f"pgcdc:{key}"
 
 
-def committed_batch(spark: "SparkSession", path: str, consumer: str) -> int | None:
-    """The batch number of the consumer's last commit to the Delta table (its txn version), or None."""
-    version = txn_version(spark, path, app_id(consumer))
+def committed_batch(spark: "SparkSession", path: str, key: str) -> int | None:
+    """The batch number of the last commit of state `key` to the Delta table (its txn version), or None."""
+    version = txn_version(spark, path, app_id(key))
     return version if version >= 0 else None
 
 
-def _local_file(path: str, consumer: str) -> Path | None:
+def _local_file(path: str, key: str) -> Path | None:
     """The state file of a table in a local folder; None elsewhere."""
     folder = local_folder(path)
-    return folder / FOLDER / f"{consumer}.json" if folder is not None else None
+    return folder / FOLDER / f"{key}.json" if folder is not None else None
 
 
-def _state_file(spark: "SparkSession", path: str, consumer: str):
-    file = cls(spark, "org.apache.hadoop.fs.Path")(f"{path.rstrip('/')}/{FOLDER}/{consumer}.json")
+def _state_file(spark: "SparkSession", path: str, key: str):
+    file = cls(spark, "org.apache.hadoop.fs.Path")(f"{path.rstrip('/')}/{FOLDER}/{key}.json")
     return file, file.getFileSystem(spark._jsc.hadoopConfiguration())
 
 
 def write_state_file(spark: "SparkSession", path: str, state: ConsumerState) -> None:
     """Copy the committed state next to the table: in a local folder written whole and renamed
     into place (no Py4J, no helper process); elsewhere through Hadoop's file system."""
-    local = _local_file(path, state.consumer)
+    local = _local_file(path, state.key)
     if local is not None:
         local.parent.mkdir(parents=True, exist_ok=True)
         staged = local.with_name(f".{local.name}.{uuid.uuid4().hex}.tmp")
         staged.write_text(state.to_json(), encoding="utf-8")
         os.replace(staged, local)
         return
-    file, fs = _state_file(spark, path, state.consumer)
+    file, fs = _state_file(spark, path, state.key)
     out = fs.create(file, True)
     try:
         out.write(bytearray(state.to_json().encode()))
@@ -69,17 +72,17 @@ def write_state_file(spark: "SparkSession", path: str, state: ConsumerState) -> 
         out.close()
 
 
-def read_state_file(spark: "SparkSession", path: str, consumer: str) -> ConsumerState | None:
+def read_state_file(spark: "SparkSession", path: str, key: str) -> ConsumerState | None:
     """The state copy next to the table; None if absent or unreadable (the commit history then serves)."""
     from py4j.protocol import Py4JJavaError
 
-    local = _local_file(path, consumer)
+    local = _local_file(path, key)
     if local is not None:
         try:
             return ConsumerState.from_json(local.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError):
             return None
-    file, fs = _state_file(spark, path, consumer)
+    file, fs = _state_file(spark, path, key)
     try:
         if not fs.exists(file):
             return None
@@ -93,34 +96,35 @@ def read_state_file(spark: "SparkSession", path: str, consumer: str) -> Consumer
     return ConsumerState.from_json(text)
 
 
-def state_from_history(spark: "SparkSession", path: str, consumer: str, batch: int) -> ConsumerState | None:
+def state_from_history(spark: "SparkSession", path: str, key: str, batch: int) -> ConsumerState | None:
     """Find the state of `batch` in the commitInfo of the table's recent commits."""
     from delta.tables import DeltaTable
 
     rows = DeltaTable.forPath(spark, path).history().select("userMetadata").collect()
     for row in rows:  # newest first
         state = ConsumerState.from_json(row.userMetadata) if row.userMetadata else None
-        if state and state.consumer == consumer and state.batch == batch:
+        if state and state.key == key and state.batch == batch:
             return state
     return None
 
 
-def load_state(spark: "SparkSession", path: str, consumer: str, repair: bool = True) -> ConsumerState | None:
-    """The consumer's committed state for the table at `path`, or None before its first sync.
+def load_state(spark: "SparkSession", path: str, key: str, repair: bool = True) -> ConsumerState | None:
+    """The committed state `key` (a consumer's, or its fan-in shard's) for the table at `path`,
+    or None before its first sync.
 
     Repairs the state file when a crash hit between the Delta commit and the file write
     (unless not `repair`: `pgcdc verify` only reads).
     """
-    batch = committed_batch(spark, path, consumer)
+    batch = committed_batch(spark, path, key)
     if batch is None:
         return None
-    state = read_state_file(spark, path, consumer)
+    state = read_state_file(spark, path, key)
     if state is not None and state.batch == batch:
         return state
-    state = state_from_history(spark, path, consumer, batch)
+    state = state_from_history(spark, path, key, batch)
     if state is None:
-        raise TargetError(f"Delta table {path} records batch {batch} of consumer {consumer} but its state is "
-                          f"neither in _pgcdc/{consumer}.json nor in the commit history; "
+        raise TargetError(f"Delta table {path} records batch {batch} of consumer {key} but its state is "
+                          f"neither in _pgcdc/{key}.json nor in the commit history; "
                           "run `pgcdc resync` for this table to rebuild it")
     if repair:
         write_state_file(spark, path, state)

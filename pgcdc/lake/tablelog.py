@@ -252,16 +252,19 @@ def _commit_actions(spark: "SparkSession", path: str, version: int) -> list[dict
     return None if text is None else [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def writes_since(spark: "SparkSession", path: str, app_id: str, limit: int = 100) -> list[str]:
+def writes_since(spark: "SparkSession", path: str, app_id: str, limit: int = 100, siblings: str = "") -> list[str]:
     """The commits after `app_id`'s last one that changed rows (data-changing file actions: not
-    OPTIMIZE, VACUUM or a property change), newest first, as "OPERATION at version V". At most
-    `limit` commits are read back (and none the log no longer holds)."""
+    OPTIMIZE, VACUUM or a property change), newest first, as "OPERATION at version V"; not those
+    of txn appIds starting with `siblings` (a fan-in's other sources). At most `limit` commits are
+    read back (and none the log no longer holds)."""
     newest = latest_version(spark, path)
     found = []
     for version in range(newest, max(newest - limit, -1), -1):
         actions = _commit_actions(spark, path, version)
         if actions is None or any((a.get("txn") or {}).get("appId") == app_id for a in actions):
             break
+        if siblings and any(str((a.get("txn") or {}).get("appId", "")).startswith(siblings) for a in actions):
+            continue
         if any(isinstance(a.get(kind), dict) and a[kind].get("dataChange", True) for a in actions
                for kind in ("add", "remove")):
             operation = next((a["commitInfo"].get("operation") for a in actions if a.get("commitInfo")), None)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pgcdc.errors import TargetError
-from pgcdc.lake import tablelog
+from pgcdc.lake import shards, tablelog
 from pgcdc.lake.paths import FOLDER, spark_ident
 from pgcdc.lake.state import app_id
 from pgcdc.spark.jvm import cls
@@ -74,7 +74,7 @@ def session_confs(spark: "SparkSession", confs: dict[str, str]) -> Iterator[None
 @contextmanager
 def state_commit(spark: "SparkSession", state: ConsumerState) -> Iterator[None]:
     """Session confs that put the state into the next Delta commit; always unset after."""
-    confs = {"spark.databricks.delta.write.txnAppId": app_id(state.consumer),
+    confs = {"spark.databricks.delta.write.txnAppId": app_id(state.key),
              "spark.databricks.delta.write.txnVersion": str(state.batch),
              USER_METADATA: state.to_json()}
     for key, value in confs.items():
@@ -102,10 +102,12 @@ def properties(target: "TargetSettings") -> dict[str, str]:
 
 
 def create_table(spark: "SparkSession", path: str, schema: "StructType", keys: list[str], consumer: str, table: str,
-                 target: "TargetSettings") -> None:
-    """Create the empty Delta table, marked with its consumer and source table, with the
-    properties the [target] settings ask for; its columns as PostgreSQL has them (the key
-    columns NOT NULL) without the JDBC reader's field metadata.
+                 target: "TargetSettings", fan_in: bool = False) -> None:
+    """Create the empty Delta table, marked with its consumer and source table (or fan-in name),
+    with the properties the [target] settings ask for; its columns as PostgreSQL has them (the
+    key columns NOT NULL) without the JDBC reader's field metadata. A fan-in's also has the
+    shard column, which it is partitioned by (lake/shards.py); another source of the fan-in
+    may create it at the same time, and then one of them does.
 
     Refuses a path that already holds files but no Delta log: they are somebody's data.
     """
@@ -121,12 +123,20 @@ def create_table(spark: "SparkSession", path: str, schema: "StructType", keys: l
     if fs.exists(log):  # an unfinished create's leftovers, which Delta's create trips over
         fs.delete(log, True)
 
+    if fan_in:
+        schema, keys = shards.add_column(schema), [*keys, shards.SHARD]
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(_table_schema(schema, keys))
+    if fan_in:
+        builder = builder.partitionedBy(shards.SHARD)
     mapping = _COLUMN_MAPPING if needs_column_mapping(schema) else {}
     for key, value in {OWNER: consumer, SOURCE: table, "delta.checkpointInterval": checkpoint_interval(table),
                        **properties(target), **mapping}.items():
         builder = builder.property(key, value)
-    builder.execute()
+    try:
+        builder.execute()
+    except Exception:
+        if not (fan_in and is_delta(spark, path)):  # (a fan-in's other source created it first)
+            raise
 
 
 def _table_schema(schema: "StructType", keys: list[str]) -> "StructType":
@@ -154,12 +164,18 @@ def _foreign_file(fs: Any, folder: Any) -> str | None:
     return None
 
 
-def check_owner(spark: "SparkSession", path: str, consumer: str, table: str | None) -> None:
-    """Refuse a Delta table that another consumer, another source table, or nobody from pgcdc owns.
-    `table` None: the consumer's state records this place for the table (its name may have changed
-    since the Delta table was created)."""
-    props = tablelog.read_state(spark, path, need_txns=False).configuration
+def check_owner(spark: "SparkSession", path: str, consumer: str, table: str | None, fan_in: bool = False) -> None:
+    """Refuse a Delta table that another consumer, another source table (or fan-in), or nobody
+    from pgcdc owns. `table` None: the consumer's state records this place for the table (its
+    name may have changed since the Delta table was created). `fan_in`: the table is a fan-in's
+    (its shard column is a partition column), else a single table's."""
+    log = tablelog.read_state(spark, path, need_txns=False)
+    props = log.configuration
     owner, source = props.get(OWNER), props.get(SOURCE)
+    if owner is not None and (shards.SHARD in (log.metadata.get("partitionColumns") or [])) != fan_in:
+        raise TargetError(f"Delta table {path} is {'not ' if fan_in else ''}a fan-in's ({source} of consumer {owner}) "
+                          f"but {table or 'the table'} lands there {'as' if fan_in else 'not as'} a fan-in's source; "
+                          "set another target.root, or move that table away")
     if owner is None:
         raise TargetError(f"Delta table {path} was not created by pgcdc; choose another target.root "
                           "or move that table away")
@@ -219,7 +235,8 @@ def last_commit(spark: "SparkSession", path: str, state: ConsumerState) -> Writt
 
 
 def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState) -> Written:
-    """Replace the table's contents (first sync or resync) in one commit carrying the state.
+    """Replace the table's contents (first sync or resync) in one commit carrying the state;
+    a fan-in source's (`state.shard`) rows only (`_replace_shard`).
 
     With the same columns the table keeps its schema (key columns NOT NULL). With other
     columns it takes the source's, without the JDBC reader's field metadata; Delta then
@@ -228,6 +245,8 @@ def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: Consum
     from pyspark.sql import functions as F
 
     log = tablelog.read_state(spark, path, need_txns=False)
+    if state.shard is not None:
+        return _replace_shard(spark, path, rows, state, log.schema())
     writer = rows.write.format("delta").mode("overwrite")
     if schema_change(log.schema(), rows.schema) is not None:
         if needs_column_mapping(rows.schema) and log.configuration.get("delta.columnMapping.mode", "none") == "none":
@@ -236,6 +255,30 @@ def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: Consum
         # (coalesce of one column: the value unchanged, the JDBC reader's field metadata gone)
         plain = rows.select(*[F.coalesce(F.col(spark_ident(c))).alias(c) for c in rows.columns])
         writer = plain.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+    with state_commit(spark, state):
+        writer.save(path)
+    return last_commit(spark, path, state)
+
+
+def _replace_shard(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState,
+                   schema: "StructType") -> Written:
+    """Replace one fan-in source's rows (its shard's partition) in one commit carrying its state,
+    leaving the other sources' files as they are. A column the Delta table lacks is added
+    (nullable: the other sources' rows hold null there); a column the source lacks is null in
+    its rows; a column of another type is refused (shards.check_fits)."""
+    from pyspark.sql import functions as F
+
+    shards.check_fits(path, state.table, schema, rows.schema)
+    plain = rows.select(*[F.coalesce(F.col(spark_ident(c))).alias(c) for c in rows.columns])  # (no field metadata)
+    writer = (shards.with_shard(plain, state.shard or 0).write.format("delta").mode("overwrite")
+              .option("replaceWhere", shards.where(state.shard or 0)))
+    if {f.name for f in rows.schema.fields} - {f.name for f in schema.fields}:
+        if needs_column_mapping(rows.schema) and \
+                tablelog.read_state(spark, path, need_txns=False).configuration.get("delta.columnMapping.mode",
+                                                                                     "none") == "none":
+            props = ", ".join(f"'{k}' = '{v}'" for k, v in _COLUMN_MAPPING.items())
+            spark.sql(f"alter table delta.{spark_ident(path)} set tblproperties ({props})")
+        writer = writer.option("mergeSchema", "true")
     with state_commit(spark, state):
         writer.save(path)
     return last_commit(spark, path, state)

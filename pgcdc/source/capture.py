@@ -15,7 +15,7 @@ import psycopg
 
 from pgcdc.errors import SchemaError, TableError, TargetError
 
-SCHEMA_VERSION = 9  # bump with every change to sql/; install upgrades older schemas in place
+SCHEMA_VERSION = 10  # bump with every change to sql/; install upgrades older schemas in place
 LOCK_TIMEOUT = "5s"  # how long install/attach/detach wait for a lock before they give up, naming its holder
 
 
@@ -61,6 +61,17 @@ class AttachedTable:
     key_types: list[str]
     predicate: str | None
     shard: int | None
+    into: str | None = None  # a fan-in's name: the Delta table its rows land in, under `shard`
+
+    @property
+    def target_name(self) -> str:
+        """The name its Delta table is known by: its own, or its fan-in's."""
+        return self.into or self.name
+
+    @property
+    def fan_in_shard(self) -> int | None:
+        """Its shard in a fan-in's Delta table (a key column there), or None for a table of its own."""
+        return self.shard if self.into is not None else None
 
 
 @dataclass(frozen=True)
@@ -255,18 +266,19 @@ def _table_error(exc: psycopg.Error) -> TableError:
 
 
 def attach(conn: psycopg.Connection, table: str, key: list[str] | None = None,
-           predicate: str | None = None, shard: int | None = None) -> AttachedTable:
-    """Start capturing `table` (idempotent: re-attaching updates the options)."""
+           predicate: str | None = None, shard: int | None = None, into: str | None = None) -> AttachedTable:
+    """Start capturing `table` (idempotent: re-attaching updates the options); with `into`, as
+    shard `shard` of that fan-in (docs/fan-in.md)."""
     require_schema(conn)
     name = resolve_table(conn, table)
     try:
         with conn.transaction():
             _lock(conn)
-            conn.execute("select pgcdc.attach(%s::regclass, %s, %s, %s)", (name, key, predicate, shard))
+            conn.execute("select pgcdc.attach(%s::regclass, %s, %s, %s, %s)", (name, key, predicate, shard, into))
     except psycopg.errors.LockNotAvailable:
         raise _timed_out(conn, f"attach {name}", [name]) from None
     except psycopg.Error as exc:
-        if exc.sqlstate in ("PC001", "PC002", "PC003", "PC004", "PC005", "42809", "42501"):
+        if exc.sqlstate in ("PC001", "PC002", "PC003", "PC004", "PC005", "PC006", "42809", "42501"):
             raise _table_error(exc) from None
         raise
     return next(t for t in list_attached(conn) if t.name == name)
@@ -317,7 +329,7 @@ def list_attached(conn: psycopg.Connection) -> list[AttachedTable]:
 def _attached(conn: psycopg.Connection) -> list[AttachedTable]:
     rows = conn.execute(
         "select a.table_id, format('%I.%I', n.nspname, c.relname) as name, a.key_columns, a.key_types, "
-        "a.predicate, a.shard from pgcdc.attached a join pg_class c on c.oid = a.relid "
+        "a.predicate, a.shard, a.into_table from pgcdc.attached a join pg_class c on c.oid = a.relid "
         "join pg_namespace n on n.oid = c.relnamespace order by name").fetchall()
     return [AttachedTable(*row) for row in rows]
 

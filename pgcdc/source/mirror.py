@@ -86,12 +86,14 @@ def recorded_target(conn: "psycopg.Connection", consumer: str, table_id: int) ->
     return row[0] if row else None
 
 
-def target_holder(conn: "psycopg.Connection", consumer: str, path: str, table_id: int) -> str | None:
+def target_holder(conn: "psycopg.Connection", consumer: str, path: str, table_id: int,
+                  into: str | None = None) -> str | None:
     """The name of another table the consumer syncs into `path` (one renamed away from the name
-    that derives it), or None."""
+    that derives it), or None; the other sources of fan-in `into` share it."""
     row = conn.execute("select coalesce(a.table_name, a.relid::text) from pgcdc.consumer_state s "
                        "join pgcdc.attached a using (table_id) where s.consumer = %s and s.target = %s "
-                       "and s.table_id <> %s", (consumer, path, table_id)).fetchone()
+                       "and s.table_id <> %s and (a.into_table is null or a.into_table is distinct from %s)",
+                       (consumer, path, table_id, into)).fetchone()
     return row[0] if row else None
 
 

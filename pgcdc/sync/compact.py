@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgcdc import faults
 from pgcdc.errors import ConfigError, TargetError
-from pgcdc.lake import tablelog, target
+from pgcdc.lake import shards, tablelog, target
 from pgcdc.log import fields
 from pgcdc.settings import Settings
 from pgcdc.source import capture, consumers
@@ -81,14 +81,14 @@ def _compact_one(settings: Settings, spark: "SparkSession", conn: Any, t: Attach
     """OPTIMIZE then VACUUM one table's Delta table (None: not synced yet)."""
     from delta.tables import DeltaTable
 
-    path, recorded = table_path(conn, settings.consumer, t.table_id, t.name, settings.target.root)
+    path, recorded = table_path(conn, settings.consumer, t, settings.target.root)
     if not target.is_delta(spark, path):
         _log.info("%s: not synced yet by consumer %s; nothing to compact", t.name, settings.consumer)
         return None
-    target.check_owner(spark, path, settings.consumer, None if recorded else t.name)
+    target.check_owner(spark, path, settings.consumer, None if recorded else t.target_name, t.into is not None)
     began = time.monotonic()
     result = Compacted(t.name, path)
-    result.files_removed, result.files_added = optimize(spark, path)
+    result.files_removed, result.files_added = optimize(spark, path, where=_part(t.fan_in_shard))
     result.vacuumed = _vacuum(spark, DeltaTable.forPath(spark, path), path, retain_hours)
     seconds = round(time.monotonic() - began, 3)
     _log.info(result.line(), extra=fields(record="compact", table=t.name, path=path, seconds=seconds,
@@ -109,11 +109,12 @@ class Compactor:
         self.session: "SparkSession | None" = None
         self.running: "Future[Compacted | None] | None" = None
 
-    def after_batches(self, path: str, name: str, compact_files: int) -> None:
+    def after_batches(self, path: str, name: str, compact_files: int, shard: int | None = None) -> None:
         """After a run applied batches to the table at `path`: compact its small files if
         plan.compact_reason says so. One table a run, so the others' batches share the
         machine with one OPTIMIZE at most (tables synced at the same pace come due together);
-        another waits for a later run, unless it has twice as many small files."""
+        another waits for a later run, unless it has twice as many small files. A fan-in source's
+        (`shard`): its own partition's files alone, which no other source's batch touches."""
         if compact_files <= 0:
             return
         log = tablelog.read_state(self.spark, path, need_txns=False)
@@ -127,9 +128,9 @@ class Compactor:
         if self.session is None:
             self.session = side_session(self.spark, self.conf)
         session = self.session
-        self.running = _SIDE.submit(lambda: small_files(session, path, name, why))
+        self.running = _SIDE.submit(lambda: small_files(session, path, name, why, shard))
 
-    def between_batches(self, path: str, name: str, compact_files: int) -> None:
+    def between_batches(self, path: str, name: str, compact_files: int, shard: int | None = None) -> None:
         """In a run working through a long backlog, after `compact_files` more batches of the
         table: compact its small files now if they are due, and wait for it (an OPTIMIZE
         beside the table's next batch would conflict with it), so each batch reads and
@@ -141,7 +142,7 @@ class Compactor:
         self.wait()
         if self.session is None:
             self.session = side_session(self.spark, self.conf)
-        small_files(self.session, path, name, why)
+        small_files(self.session, path, name, why, shard)
 
     def wait(self) -> "Compacted | None":
         """Wait for the compaction in flight, if any; its result (a crash in it is raised here)."""
@@ -149,13 +150,13 @@ class Compactor:
         return None if running is None else running.result()
 
 
-def small_files(spark: "SparkSession", path: str, name: str, why: str) -> Compacted | None:
+def small_files(spark: "SparkSession", path: str, name: str, why: str, shard: int | None = None) -> Compacted | None:
     """Compact the table's small files (`why`: how many). A failure (another writer's commit
     meanwhile) is logged and left to a later run: the batches are committed, so it never
     fails the sync."""
     began = time.monotonic()
     try:
-        removed, added = optimize(spark, path, plan.SMALL_FILE)
+        removed, added = optimize(spark, path, plan.SMALL_FILE, _part(shard))
     except Exception as exc:
         _log.warning("%s: compacting its %s failed (%s); a later run tries again", name, why, first_line(exc))
         return None
@@ -167,16 +168,24 @@ def small_files(spark: "SparkSession", path: str, name: str, why: str) -> Compac
     return Compacted(name, path, removed, added)
 
 
-def optimize(spark: "SparkSession", path: str, below: int | None = None) -> tuple[int, int]:
-    """Delta's OPTIMIZE (public API) of the table at `path`: its files under `below` bytes
-    only (and any with many deleted rows), or all under Delta's own 1 GiB bound; (files
-    removed, files added)."""
+def optimize(spark: "SparkSession", path: str, below: int | None = None, where: str | None = None) -> tuple[int, int]:
+    """Delta's OPTIMIZE (public API) of the table at `path` (of its partitions `where` says):
+    its files under `below` bytes only (and any with many deleted rows), or all under Delta's
+    own 1 GiB bound; (files removed, files added)."""
     from delta.tables import DeltaTable
 
     confs = {} if below is None else {"spark.databricks.delta.optimize.minFileSize": str(below)}
     with target.session_confs(spark, confs):
-        metrics = DeltaTable.forPath(spark, path).optimize().executeCompaction().collect()[0]["metrics"]
+        builder = DeltaTable.forPath(spark, path).optimize()
+        if where is not None:
+            builder = builder.where(where)
+        metrics = builder.executeCompaction().collect()[0]["metrics"]
     return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
+
+
+def _part(shard: int | None) -> str | None:
+    """The partition a fan-in source's compaction keeps to (its own), or None (the whole table)."""
+    return None if shard is None else shards.where(shard)
 
 
 def _vacuum(spark: "SparkSession", table: Any, path: str, retain_hours: float | None) -> int:

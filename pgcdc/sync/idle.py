@@ -63,7 +63,7 @@ def pass_idle(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connec
             m = mirrors[t.table_id]
             known = job.known.get(t.table_id)
             if known is None or known[1] != m.target:
-                state = read_state_file(job.spark, m.target, consumer)
+                state = read_state_file(job.spark, m.target, job.key(t))
                 known = None if state is None else (state, m.target)
             if known is None:
                 continue

@@ -37,13 +37,16 @@ from pgcdc.sync import compact
 from pgcdc.sync.plan import (check_state, columns_changed, copy_on_driver, copy_reason, next_step, table_path,
                              with_mirror)
 from pgcdc.sync.report import UNDEFINED_COLUMN, TableReport, first_line, source_state
-from pgcdc.watermark import ConsumerState
+from pgcdc.watermark import ConsumerState, state_key
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
 _log = logging.getLogger(__name__)
+
+
+_NO_STATE = ConsumerState("", "", 0, "", 0)  # (a table's state before its first sync: no columns known)
 
 
 class _Behind(Exception):
@@ -104,7 +107,7 @@ class Job:
                    t: AttachedTable) -> tuple[str, bool, TableReport, list[Column]]:
         """Where the table's Delta table lies (and whether that place was recorded for it), its
         report, and its columns, once the reader may read it (access.check_readable)."""
-        path, recorded = table_path(primary, self.settings.consumer, t.table_id, t.name, self.settings.target.root)
+        path, recorded = table_path(primary, self.settings.consumer, t, self.settings.target.root)
         access.check_readable(reader, t)
         return path, recorded, TableReport(t.name, path), table_columns(reader, t.name)
 
@@ -113,10 +116,11 @@ class Job:
         s = self.settings
         path, recorded, report, columns = self.open_table(primary, reader, t)
         source = self.source_schema(jdbc, t, columns)
+        key, fan_in = self.key(t), t.into is not None
         if not target.is_delta(self.spark, path):  # (only ever created in an empty place)
-            target.create_table(self.spark, path, source, t.key_columns, s.consumer, t.name, s.target)
-        target.check_owner(self.spark, path, s.consumer, None if recorded else t.name)
-        if s.target.database and (name := catalog.register(self.spark, s.target.database, t.name, path)):
+            target.create_table(self.spark, path, source, t.key_columns, s.consumer, t.target_name, s.target, fan_in)
+        target.check_owner(self.spark, path, s.consumer, None if recorded else t.target_name, fan_in)
+        if s.target.database and (name := catalog.register(self.spark, s.target.database, t.target_name, path)):
             self.say(f"{t.name}: registered in the catalog as {name}")
         gone = tablelog.missing_files(self.spark, path)
         if gone:
@@ -125,13 +129,15 @@ class Job:
                               f"`pgcdc resync {t.name}` to write it again")
         choice = self.chooser.choose(path)
         self.routine(f"{t.name}: {choice.line()}")
-        why = copy_reason(primary, self.spark, s, t, path, source)
+        now = fingerprint(t.name, t.key_columns, columns)
+        copied = (read_state_file(self.spark, path, key) or _NO_STATE).columns if fan_in else ""
+        why = copy_reason(primary, self.spark, s, t, path, source, copied, now)
         if why is not None:
             self.say(f"{t.name}: {why}: copying the table again")
             self.copy_table(primary, reader, jdbc, identity, t, columns, path, report,
-                            committed_batch(self.spark, path, s.consumer) or 0, choice.engine)
+                            committed_batch(self.spark, path, key) or 0, choice.engine)
         mirror = mirrored(primary, s.consumer, [t.table_id]).get(t.table_id)
-        quick = read_state_file(self.spark, path, s.consumer)
+        quick = read_state_file(self.spark, path, key)
         if quick is not None:
             quick = with_mirror(quick, mirror)
             batch = self.plan(reader, quick)
@@ -141,8 +147,8 @@ class Job:
                 # the committed batch's events as pending, so it is never idle.
                 check_state(primary, quick, identity, t, path)
                 return self.finish(primary, reader, self.moved(path, quick, batch), path, report, choice.engine,
-                                   fingerprint(t.name, t.key_columns, columns))
-        state = load_state(self.spark, path, s.consumer)
+                                   now)
+        state = load_state(self.spark, path, key)
         if state is not None:
             state = with_mirror(state, mirror)
         if state is None:
@@ -190,12 +196,15 @@ class Job:
             if self.stopping():
                 break
             if 0 < s.ingest.compact_files <= report.batches - compacted_at:  # a long backlog: compact on the way
-                self.compactor.between_batches(path, t.name, s.ingest.compact_files)
+                self.compactor.between_batches(path, t.name, s.ingest.compact_files, t.fan_in_shard)
                 compacted_at = report.batches
         if report.batches and not self.stopping():  # (each batch added files)
-            self.compactor.after_batches(path, t.name, s.ingest.compact_files)
-        return self.finish(primary, reader, state, path, report, choice.engine,
-                           fingerprint(t.name, t.key_columns, columns))
+            self.compactor.after_batches(path, t.name, s.ingest.compact_files, t.fan_in_shard)
+        return self.finish(primary, reader, state, path, report, choice.engine, now)
+
+    def key(self, t: AttachedTable) -> str:
+        """What the consumer's state of table `t` goes by in its Delta table (lake/state.py)."""
+        return state_key(self.settings.consumer, t.fan_in_shard)
 
     def source_schema(self, jdbc: dict[str, str], t: AttachedTable, columns: list[Column]) -> "StructType":
         """The table's Spark schema as the sync reads it (enrich.schema_of, a JDBC connection and
@@ -292,8 +301,9 @@ class Job:
             self.say(f"{t.name}: copying the whole table ({size.total_pages} pages) ...")
             # the transactions at or above txmin whose changes the snapshot shows are copied too
             applied = events.visible_at_or_above(reader, t.table_id, snap)
-            state = ConsumerState(self.settings.consumer, t.name, t.table_id, identity, snap.txmin,
-                                  batch=last_batch).next(snap.txmin, applied)
+            state = ConsumerState(self.settings.consumer, t.name, t.table_id, identity, snap.txmin, batch=last_batch,
+                                  columns=fingerprint(t.name, t.key_columns, columns),
+                                  shard=t.fan_in_shard).next(snap.txmin, applied)
 
             def before_commit() -> None:
                 mark_committing(primary, state, path)  # after the snapshot the copy reads
@@ -318,9 +328,12 @@ class Job:
         s = self.settings
         path, recorded, report, columns = self.open_table(primary, reader, t)
         last, engine = 0, None
+        if t.into is not None and not target.is_delta(self.spark, path):  # (a copy replaces its shard's rows only)
+            target.create_table(self.spark, path, self.source_schema(jdbc, t, columns), t.key_columns, s.consumer,
+                                t.target_name, s.target, fan_in=True)
         if target.is_delta(self.spark, path):
-            target.check_owner(self.spark, path, s.consumer, None if recorded else t.name)
-            last = committed_batch(self.spark, path, s.consumer) or 0
+            target.check_owner(self.spark, path, s.consumer, None if recorded else t.target_name, t.into is not None)
+            last = committed_batch(self.spark, path, self.key(t)) or 0
             engine = self.chooser.choose(path).engine
         state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, last, engine)
         return self.finish(primary, reader, state, path, report, columns=fingerprint(t.name, t.key_columns, columns))
@@ -337,7 +350,8 @@ class Job:
         new_state = batch.next_state(state)
 
         def check(schema: "StructType") -> None:  # the JDBC relation's columns, once Spark reads it
-            changed = columns_changed(self.spark, self.settings, t, path, schema)
+            changed = columns_changed(self.spark, self.settings, t, path, schema) if t.into is None else \
+                target.schema_change(self.source_schema(jdbc, t, columns), schema)
             if changed is not None:
                 raise ColumnsChanged(changed)
 

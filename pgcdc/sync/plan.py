@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from pgcdc.errors import TargetError
-from pgcdc.lake import tablelog, target
+from pgcdc.lake import shards, tablelog, target
 from pgcdc.lake.paths import target_path, target_root
 from pgcdc.source import partitions
 from pgcdc.source.mirror import committing_batch, recorded_target, resync_reason, target_holder
@@ -62,27 +62,31 @@ def next_step(batch: "Batch", rows: float, recopy_fraction: float) -> Step:
 
 
 def copy_reason(primary: "psycopg.Connection", spark: "SparkSession", settings: "Settings", t: "AttachedTable",
-                path: str, source: "StructType") -> str | None:
+                path: str, source: "StructType", copied: str = "", now: str = "") -> str | None:
     """Why the table must be copied before batches apply to it again, or None: the consumer
     fell past the retention limit (the queue no longer keeps what it missed, see
     consumers.py), capture no longer covers the table's partition tree (partitions.gaps: a copy
     each run until `pgcdc attach` makes capture follow it), or the table's columns (`source`,
-    as the sync reads them) changed."""
+    as the sync reads them) changed (a fan-in source's: `copied` and `now`, see columns_changed)."""
     reason = resync_reason(primary, settings.consumer, t.table_id)
     if reason is not None:
         return f"consumer {settings.consumer} fell past the retention limit ({reason})"
     gap = partitions.gaps(primary, {t.table_id: t.name}).get(t.table_id)
     if gap is not None:
         return gap
-    changed = columns_changed(spark, settings, t, path, source)
+    changed = columns_changed(spark, settings, t, path, source, copied, now)
     return None if changed is None else f"its columns changed ({changed})"
 
 
 def columns_changed(spark: "SparkSession", settings: "Settings", t: "AttachedTable", path: str,
-                    source: "StructType") -> str | None:
+                    source: "StructType", copied: str = "", now: str = "") -> str | None:
     """How the table's columns differ from its Delta table's, or None; with
-    `on_schema_change = "fail"` a difference stops the table's sync instead."""
-    changed = target.schema_change(tablelog.read_state(spark, path, need_txns=False).schema(), source)
+    `on_schema_change = "fail"` a difference stops the table's sync instead. A fan-in
+    source's: columns its Delta table lacks or holds with another type, or (`copied`, `now`:
+    fingerprints of its columns when its rows were copied and now) any other change
+    (shards.change)."""
+    delta = tablelog.read_state(spark, path, need_txns=False).schema()
+    changed = target.schema_change(delta, source) if t.into is None else shards.change(delta, source, copied, now)
     if changed is not None and settings.ingest.on_schema_change == "fail":
         raise TargetError(f"the columns of {t.name} changed ({changed}) since {path} was written; run "
                           f"`pgcdc resync {t.name}` to copy the table again (or set ingest.on_schema_change "
@@ -193,19 +197,20 @@ def check_state(primary: "psycopg.Connection", state: "ConsumerState", identity:
                           f"has no record of: {regressed}")
 
 
-def table_path(conn: "psycopg.Connection", consumer: str, table_id: int, name: str, root: str) -> tuple[str, bool]:
+def table_path(conn: "psycopg.Connection", consumer: str, t: "AttachedTable", root: str) -> tuple[str, bool]:
     """Where the consumer syncs a table, and whether that place was recorded for it (not derived
     from its name now). A table is known by its table_id, not its name: once synced, it keeps
     its Delta table through renames (and renaming back finds the same one), as long as that lies
-    under `root`. A table never synced lands at <root>/<schema>.<table>, unless the consumer syncs
-    another table there (one renamed away from this name): then it is refused, naming that one."""
-    recorded = recorded_target(conn, consumer, table_id)
+    under `root`. A table never synced lands at <root>/<schema>.<table> (a fan-in's source, at
+    its fan-in's name), unless the consumer syncs another table there (one renamed away from
+    this name): then it is refused, naming that one."""
+    recorded = recorded_target(conn, consumer, t.table_id)
     if recorded is not None and recorded.startswith(target_root(root) + "/"):
         return recorded, True
-    path = target_path(root, name)
-    other = target_holder(conn, consumer, path, table_id)
+    path = target_path(root, t.target_name)
+    other = target_holder(conn, consumer, path, t.table_id, t.into)
     if other is not None:
         raise TargetError(f"{path} is the Delta table of {other}, which consumer {consumer} synced there under the "
-                          f"name {name} before a rename; {name} is another table now: rename one of them, or use "
-                          "another consumer or target.root for it")
+                          f"name {t.target_name} before a rename; {t.target_name} is another table now: rename one of "
+                          "them, or use another consumer or target.root for it")
     return path, False

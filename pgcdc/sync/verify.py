@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import sql
 
 from pgcdc.errors import TargetError
-from pgcdc.lake import tablelog, target
+from pgcdc.lake import shards, tablelog, target
 from pgcdc.lake.paths import target_path
 from pgcdc.lake.state import app_id, load_state
 from pgcdc.source import access
@@ -29,6 +29,7 @@ from pgcdc.source.events import pending
 from pgcdc.sync import canon
 from pgcdc.sync.plan import table_path
 from pgcdc.sync.report import first_line
+from pgcdc.watermark import state_key
 
 if TYPE_CHECKING:
     import psycopg
@@ -141,9 +142,13 @@ def _compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable
     from pyspark.sql import functions as F
 
     delta = spark.read.format("delta").load(path)
-    types = {f.name: f.dataType for f in delta.schema.fields}
     pg_cols = canon.pg_columns(conn, t.name)
     names = [c[0] for c in pg_cols]
+    if t.fan_in_shard is not None:  # a fan-in source's rows: its shard's, in the columns it has
+        delta = delta.where(shards.where(t.fan_in_shard))
+        delta = delta.select(*[f"`{n.replace('`', '``')}`" for n in names if n in delta.columns],
+                             *[c for c in delta.columns if c not in names and c != shards.SHARD])
+    types = {f.name: f.dataType for f in delta.schema.fields}
     gone = [k for k in t.key_columns if k not in names]
     if gone:  # (a key renamed where no event trigger saw it: pgcdc.attached still has the old name)
         return Comparison(t.name, path, 0, 0, 0, 0, columns=f"key column {', '.join(gone)} is no longer a column of "
@@ -240,7 +245,7 @@ def verify(spark: "SparkSession", conn: "psycopg.Connection", root: str,
     plan.table_path), or <root>/<schema>.<table> when no consumer is named."""
     results = []
     for t in tables:
-        path = table_path(conn, consumer, t.table_id, t.name, root)[0] if consumer else target_path(root, t.name)
+        path = table_path(conn, consumer, t, root)[0] if consumer else target_path(root, t.target_name)
         found = compare(spark, conn, t, path)
         if not found.equal and not found.next_step:
             found = replace(found, next_step=_rows_step(spark, conn, t, path, consumer, found))
@@ -256,7 +261,7 @@ def _rows_step(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTab
     if consumer is None:
         return f"re-run `pgcdc ingest` once writes pause and verify again; if they still differ, {again}"
     try:
-        state = load_state(spark, path, consumer, repair=False)
+        state = load_state(spark, path, state_key(consumer, t.fan_in_shard), repair=False)
     except TargetError:
         state = None
     if state is None:
@@ -264,7 +269,8 @@ def _rows_step(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTab
     if state.table_id != t.table_id:
         return (f"{t.name} was detached and attached again since {path} was synced (changes in between were not "
                 f"captured): run `pgcdc resync {t.name}`")
-    others = tablelog.writes_since(spark, path, app_id(consumer))
+    others = tablelog.writes_since(spark, path, app_id(state.key),
+                                   siblings=app_id(state_key(consumer, 0))[:-1] if t.into is not None else "")
     if others:
         return f"another writer changed {path} after pgcdc's last commit ({', '.join(others[:3])}): {again}"
     if found.duplicates:

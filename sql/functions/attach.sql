@@ -1,18 +1,23 @@
--- pgcdc.attach(tbl, key_columns, predicate, shard): start capturing a table's changes.
--- Attaching an attached table again with the same key and predicate updates its shard and
--- regenerates its capture code; with another key or predicate it is attached anew (a new
--- table_id: its consumers copy it again). Returns the table_id.
+-- pgcdc.attach(tbl, key_columns, predicate, shard, into_table): start capturing a table's changes.
+-- Attaching an attached table again with the same key, predicate and into_table updates its shard
+-- and regenerates its capture code; with another key, predicate or into_table it is attached anew
+-- (a new table_id: its consumers copy it again). Returns the table_id.
+-- into_table: a fan-in, whose sources land in one Delta table of that name, each under its shard
+-- (required, one per source): every source of a fan-in has the same key and columns.
 -- Touches: pgcdc.attached, and (through _generate_capture) a capture function and four triggers.
 -- Errors (SQLSTATE): PC001 no primary key, PC002 bad key columns, PC003 bad predicate,
--- PC004 key of a type whose text form or equality pgcdc cannot keep exact, PC005 a partition
+-- PC004 key of a type whose text form or equality pgcdc cannot keep exact, PC006 a fan-in that does
+-- not fit (no shard, a shard taken, another shape, a name an attached table has), PC005 a partition
 -- (its root is attached instead) or a table of an inheritance tree (statements aimed at a child
 -- bypass the parent's triggers), 42809 not a table. A partitioned table is captured whole: every
 -- table of its tree, at any depth (_generate_capture).
+drop function if exists pgcdc.attach(regclass, text[], text, int);  -- (schema v9's, without into_table)
 create or replace function pgcdc.attach(
     tbl regclass,
     key_columns text[] default null,
     predicate text default null,
-    shard int default null
+    shard int default null,
+    into_table text default null
 ) returns int
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -27,6 +32,8 @@ declare
     v_role name;
     v_attnums int2[];
     v_members oid[];
+    v_other record;
+    v_diff text;
 begin
     perform pgcdc._forget_dropped();
     if (select relkind from pg_class where oid = tbl) not in ('r', 'p') then
@@ -113,21 +120,75 @@ begin
         select c.normalized, c.columns into v_predicate, v_pred_cols from pgcdc._check_predicate(tbl, predicate) c;
     end if;
 
+    if into_table is not null then
+        if shard is null then
+            raise exception using errcode = 'PC006',
+                message = format('%s cannot land in %s without a shard', tbl, into_table),
+                hint = format('give each source of a fan-in its own shard number: `pgcdc attach %s --into %s --shard N`',
+                              tbl, into_table);
+        end if;
+        if into_table !~ '^[^.]+\.[^.]+$' then
+            raise exception using errcode = 'PC006',
+                message = format('fan-in name %s is not of the form schema.table', into_table),
+                hint = 'name the Delta table as a table is named, e.g. --into app.orders';
+        end if;
+        select a.table_name into v_diff from pgcdc.attached a
+         where a.into_table is null and a.table_name = attach.into_table and a.relid <> tbl;
+        if v_diff is not null then
+            raise exception using errcode = 'PC006',
+                message = format('%s is an attached table, which lands in a Delta table of that name', into_table),
+                hint = 'choose another --into name (or detach that table)';
+        end if;
+        select a.relid::text as name into v_other from pgcdc.attached a
+         where a.into_table = attach.into_table and a.shard = attach.shard and a.relid <> tbl;
+        if v_other.name is not null then
+            raise exception using errcode = 'PC006',
+                message = format('shard %s of %s is %s''s', shard, into_table, v_other.name),
+                hint = format('give %s another shard number (`pgcdc list` shows the shards taken)', tbl);
+        end if;
+        -- the same key and the same columns as the fan-in's other sources (the first found)
+        select a.relid, a.key_columns into v_other from pgcdc.attached a
+         where a.into_table = attach.into_table and a.relid <> tbl order by a.table_id limit 1;
+        if v_other.relid is not null then
+            if v_other.key_columns is distinct from v_cols then
+                raise exception using errcode = 'PC006',
+                    message = format('the key of %s (%s) is not the key of %s (%s), which lands in %s', tbl,
+                                     array_to_string(v_cols, ', '), v_other.relid,
+                                     array_to_string(v_other.key_columns, ', '), into_table),
+                    hint = 'every source of a fan-in has the same key columns';
+            end if;
+            v_diff := pgcdc._shape_difference(v_other.relid, tbl);
+            if v_diff is not null then
+                raise exception using errcode = 'PC006',
+                    message = format('%s does not have the columns of %s, which lands in %s: %s', tbl, v_other.relid,
+                                     into_table, v_diff),
+                    hint = 'every source of a fan-in has the same columns, of the same types, in the same order; '
+                           'alter it to match (or land it elsewhere)';
+            end if;
+        end if;
+    elsif exists (select 1 from pgcdc.attached a where a.into_table = tbl::text) then
+        raise exception using errcode = 'PC006',
+            message = format('%s is the name of a fan-in, whose sources land in a Delta table of that name', tbl),
+            hint = format('land it in that fan-in (`pgcdc attach %s --into %s --shard N`) or detach the fan-in''s '
+                          'sources first', tbl, tbl);
+    end if;
+
     -- attached again with another key or predicate: the queued events of the old options must never
     -- be read with the new ones, so the table gets a new table_id (the old events are ignored, and
     -- each consumer's next run copies the table: ingest.py copy_reason)
     v_attnums := (select array_agg(a.attnum order by u.o) from unnest(v_cols) with ordinality u(c, o)
                     join pg_attribute a on a.attrelid = tbl and a.attname = u.c);
     select table_id into v_id from pgcdc.attached t  -- (by column number: a renamed key is the same key)
-     where t.relid = tbl and (t.key_attnums, t.predicate) is distinct from (v_attnums, v_predicate);
+     where t.relid = tbl and (t.key_attnums, t.predicate, t.into_table)
+                             is distinct from (v_attnums, v_predicate, attach.into_table);
     if v_id is not null then
         perform pgcdc._forget(v_id, null);
     end if;
     select t.members into v_members from pgcdc.attached t where t.relid = tbl;
 
     insert into pgcdc.attached as t (relid, table_name, key_columns, key_types, predicate, predicate_columns, shard,
-                                     key_attnums)
-    values (tbl, tbl::text, v_cols, v_types, v_predicate, v_pred_cols, shard, v_attnums)
+                                     key_attnums, into_table)
+    values (tbl, tbl::text, v_cols, v_types, v_predicate, v_pred_cols, shard, v_attnums, attach.into_table)
     on conflict (relid) do update
         set key_columns = excluded.key_columns, key_types = excluded.key_types,
             predicate = excluded.predicate, predicate_columns = excluded.predicate_columns, shard = excluded.shard,

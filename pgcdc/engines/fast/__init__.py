@@ -57,6 +57,8 @@ def unfit(path: str, log: "LogState") -> str | None:
     features = set(log.protocol.get("writerFeatures") or [])
     if local_folder(path) is None:
         return "the table is not on the local file system"
+    if log.metadata.get("partitionColumns"):
+        return "the table is partitioned (a fan-in's, by shard)"
     if config.get("delta.enablechangedatafeed") == "true":
         return "the table has the change data feed on (delta.enableChangeDataFeed)"
     if config.get("delta.enablerowtracking") == "true" or "rowTracking" in features:

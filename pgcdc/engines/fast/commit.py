@@ -63,7 +63,7 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
 
     started = time.monotonic()
     txn = cls(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path).startTransaction()
-    if read_committed_version(txn, app_id(state.consumer)) >= state.batch:
+    if read_committed_version(txn, app_id(state.key)) >= state.batch:
         raise TargetError(f"batch {state.batch} of consumer {state.consumer} is already committed to {path}: "
                           "is a second ingest running elsewhere?")
     if str(optional(txn.metadata().configuration().get("delta.enableDeletionVectors"))).lower() != "true":
@@ -316,7 +316,7 @@ def commit_actions(spark: "SparkSession", path: str, txn: Any, actions: list[Any
             operation: Any) -> int:
     """Commit the file actions with the consumer's txn mark and state, as `operation`; the new version."""
     mark = cls(spark, "org.apache.spark.sql.delta.actions.SetTransaction")(
-        app_id(state.consumer), state.batch, jvm_some(spark, cls(spark, "java.lang.Long").valueOf(int(time.time() * 1000))))
+        app_id(state.key), state.batch, jvm_some(spark, cls(spark, "java.lang.Long").valueOf(int(time.time() * 1000))))
     faults.failpoint("before-commit")
     try:
         with state_commit(spark, state):  # its userMetadata goes into this commit's commitInfo
