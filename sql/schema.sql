@@ -162,6 +162,17 @@ alter table pgcdc.attached add column if not exists members oid[];
 alter table pgcdc.attached add column if not exists into_table text;
 create unique index if not exists attached_into_shard on pgcdc.attached (into_table, shard)
     where into_table is not null;
+-- Fan-in sources that left (detached, dropped, attached elsewhere): each consumer's next run
+-- removes their rows from its Delta table of the fan-in, unless `keep_rows` (`pgcdc detach
+-- --keep-rows`). Attaching a source under that shard again ends it.
+create table if not exists pgcdc.shard_gone (
+    into_table text not null,
+    shard      int not null,
+    table_name text not null,
+    keep_rows  boolean not null default false,
+    at         timestamptz not null default now(),
+    primary key (into_table, shard)
+);
 
 -- The workers of a consumer (sql/functions/worker_lock.sql): each ingest process sharing the
 -- consumer's tables, its backend and the random advisory key that backend holds while it works.

@@ -78,3 +78,16 @@ begin
     end loop;
 end
 $predicates$;
+
+-- schema v10 added fan-ins' departed sources (pgcdc.shard_gone): readers may read it, as
+-- pgcdc.grant grants; admins keep all rights
+do $gone$
+declare
+    g record;
+begin
+    for g in select to_regrole(role_name) as r, kind from pgcdc.grantee where to_regrole(role_name) is not null loop
+        execute format(case g.kind when 'reader' then 'grant select on pgcdc.shard_gone to %s'
+                                   else 'grant all on pgcdc.shard_gone to %s' end, g.r);
+    end loop;
+end
+$gone$;

@@ -31,8 +31,8 @@ def _attach(db: psycopg.Connection) -> None:
         capture.attach(db, f"tenant_{n}.orders", shard=n, into="app.orders")
 
 
-def _postgres(db: psycopg.Connection) -> set[tuple]:
-    return {(n, *row) for n in range(1, TENANTS + 1)
+def _postgres(db: psycopg.Connection, tenants: range = range(1, TENANTS + 1)) -> set[tuple]:
+    return {(n, *row) for n in tenants
             for row in db.execute(f"select id, customer, amount from tenant_{n}.orders").fetchall()}
 
 
@@ -124,3 +124,30 @@ def test_a_column_added_to_one_source_lands_null_for_the_others_and_a_retyped_on
     db.execute("alter table tenant_3.orders alter column amount type numeric(12,2)")
     with pytest.raises(TargetError, match="column amount of tenant_3.orders is decimal"):
         syncer.run(tables=["tenant_3.orders"])
+
+
+def test_a_detached_source_leaves_with_its_rows_unless_kept_and_a_dropped_one_too(
+        db: psycopg.Connection, syncer: Syncer) -> None:
+    _tenants(db, rows=20)
+    _attach(db)
+    syncer.run()
+    capture.detach(db, "tenant_1.orders", keep_rows=True)
+    capture.detach(db, "tenant_2.orders")
+    db.execute("delete from tenant_3.orders where id > 15")
+    syncer.run()
+    shards_left = {r[SHARD] for r in syncer.delta("app.orders").select(SHARD).collect()}
+    assert shards_left == {1, 3}
+    assert any("tenant_2.orders left fan-in app.orders: removed its 20 rows" in line for line in syncer.lines)
+    assert {r for r in _delta(syncer) if r[0] == 3} == {r for r in _postgres(db) if r[0] == 3}
+    db.execute("drop table tenant_3.orders")  # a dropped source leaves too
+    syncer.run()
+    assert {r[SHARD] for r in syncer.delta("app.orders").select(SHARD).collect()} == {1}
+    lines = len(syncer.lines)
+    syncer.run()  # (nothing left to remove: no line)
+    assert not any("left fan-in" in line for line in syncer.lines[lines:])
+    # tenant 2 attached again under its shard: its rows come back
+    capture.attach(db, "tenant_2.orders", shard=2, into="app.orders")
+    with pytest.raises(TargetError, match="pgcdc resync tenant_2.orders"):
+        syncer.run(tables=["tenant_2.orders"])
+    resync(syncer.settings(), ["tenant_2.orders"], syncer.spark)
+    assert {r for r in _delta(syncer) if r[0] == 2} == _postgres(db, range(2, 3))

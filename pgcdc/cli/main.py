@@ -169,9 +169,16 @@ def cmd_detach(args: argparse.Namespace) -> int:
                       "watched (their Delta tables stay as they are)")
             return 0
         name = capture.resolve_table(conn, args.table)
-        done = capture.detach(conn, args.table)
-    print(f"detached {name}; its changes are no longer captured (its Delta tables stay as they are)" if done
-          else f"{name} was not attached")
+        into = next((t for t in capture.list_attached(conn) if t.name == name and t.into is not None), None)
+        done = capture.detach(conn, args.table, keep_rows=args.keep_rows)
+    if not done:
+        print(f"{name} was not attached")
+    elif into is not None:
+        rows = "stay" if args.keep_rows else "leave it at each consumer's next `pgcdc ingest`"
+        print(f"detached {name}; its changes are no longer captured; its rows in fan-in {into.into} "
+              f"({shards.SHARD} = {into.shard}) {rows}")
+    else:
+        print(f"detached {name}; its changes are no longer captured (its Delta tables stay as they are)")
     return 0
 
 
@@ -340,6 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("detach", cmd_detach, "stop capturing a table, or every table of a schema (--schema)")
     p.add_argument("table", nargs="?")
     p.add_argument("--schema", action="append", metavar="SCHEMA", help="detach every table of the schema; repeatable")
+    p.add_argument("--keep-rows", action="store_true", help="a fan-in's source: keep its rows in the fan-in's Delta "
+                   "tables (by default each consumer's next run removes them)")
     p = add("list", cmd_list, "list attached tables")
     p.add_argument("--json", action="store_true", help="print JSON")
     p = add("ingest", cmd_ingest, "sync attached tables into Delta once, or --follow (local Spark; `submit` for "

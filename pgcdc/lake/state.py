@@ -72,6 +72,16 @@ def write_state_file(spark: "SparkSession", path: str, state: ConsumerState) -> 
         out.close()
 
 
+def remove_state_file(spark: "SparkSession", path: str, key: str) -> None:
+    """Delete the state copy of `key` (a fan-in source that left: pgcdc/sync/departed.py)."""
+    local = _local_file(path, key)
+    if local is not None:
+        local.unlink(missing_ok=True)
+        return
+    file, fs = _state_file(spark, path, key)
+    fs.delete(file, False)
+
+
 def read_state_file(spark: "SparkSession", path: str, key: str) -> ConsumerState | None:
     """The state copy next to the table; None if absent or unreadable (the commit history then serves)."""
     from py4j.protocol import Py4JJavaError

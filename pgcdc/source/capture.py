@@ -284,9 +284,10 @@ def attach(conn: psycopg.Connection, table: str, key: list[str] | None = None,
     return next(t for t in list_attached(conn) if t.name == name)
 
 
-def detach(conn: psycopg.Connection, table: str) -> bool:
+def detach(conn: psycopg.Connection, table: str, keep_rows: bool = False) -> bool:
     """Stop capturing `table`; False if it was not attached. A table that was dropped while
-    attached (detached then by pgcdc) is acknowledged: `pgcdc status` stops naming it."""
+    attached (detached then by pgcdc) is acknowledged: `pgcdc status` stops naming it. A
+    fan-in's source: its rows leave the fan-in at each consumer's next run, unless `keep_rows`."""
     require_schema(conn)
     try:
         name = resolve_table(conn, table)
@@ -298,7 +299,7 @@ def detach(conn: psycopg.Connection, table: str) -> bool:
     try:
         with conn.transaction():
             _lock(conn)
-            done = bool(conn.execute("select pgcdc.detach(%s::regclass)", (name,)).fetchone()[0])
+            done = bool(conn.execute("select pgcdc.detach(%s::regclass, %s)", (name, keep_rows)).fetchone()[0])
             conn.execute("select pgcdc.acknowledge_dropped(%s)", (name,))
             return done
     except psycopg.errors.LockNotAvailable:

@@ -25,6 +25,7 @@ from pgcdc.source.capture import AttachedTable
 from pgcdc.source.consumers import record_run
 from pgcdc.source.db import connect
 from pgcdc.spark.session import activate, get_session, pinned_threads, side_session
+from pgcdc.sync.departed import remove_departed
 from pgcdc.sync.idle import pass_idle
 from pgcdc.sync.ingest import Job
 from pgcdc.sync.report import RACED, TableReport, first_line, raced
@@ -101,6 +102,8 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
     consumer = job.settings.consumer
     with job.source(job.settings.tables) as (primary, reader, tables, jdbc, identity):
         job.table_ids = {t.name: t.table_id for t in tables}
+        for line in remove_departed(job.spark, primary, consumer, job.settings.target.root):  # (fan-ins' sources)
+            job.say(line)
         if not tables:
             job.say("no tables attached; run `pgcdc attach SCHEMA.TABLE` first")
             return [], {}

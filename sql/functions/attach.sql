@@ -196,6 +196,7 @@ begin
             key_attnums = excluded.key_attnums
     returning t.table_id into v_id;
     delete from pgcdc.forgotten f where f.table_name = tbl::text;
+    delete from pgcdc.shard_gone g where g.into_table = attach.into_table and g.shard = attach.shard;
 
     perform pgcdc._generate_capture(v_id);
     if v_members is distinct from (select t.members from pgcdc.attached t where t.table_id = v_id)

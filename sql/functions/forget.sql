@@ -4,7 +4,8 @@
 -- table was dropped) it is recorded in pgcdc.forgotten with the Delta tables it was synced
 -- into, for `pgcdc status` to name until `pgcdc detach` or a new attach acknowledges it.
 -- Shared by detach, attach (attached again with other options) and the drop handling.
--- Touches: pgcdc.attached, pgcdc.consumer_state, pgcdc.forgotten, the capture function.
+-- A fan-in source is recorded in pgcdc.shard_gone: consumers' runs remove its rows.
+-- Touches: pgcdc.attached, pgcdc.consumer_state, pgcdc.forgotten, pgcdc.shard_gone, the capture function.
 create or replace function pgcdc._forget(p_table_id int, reason text, p_name text default null)
 returns void
 language plpgsql
@@ -28,6 +29,12 @@ begin
         on conflict (table_id) do nothing;
     end if;
     delete from pgcdc.consumer_state where table_id = p_table_id;
+    if a.into_table is not null then  -- a fan-in source: its rows leave the fan-in (pgcdc.shard_gone)
+        insert into pgcdc.shard_gone as g (into_table, shard, table_name)
+        values (a.into_table, a.shard, coalesce(p_name, a.table_name, a.relid::text))
+        on conflict (into_table, shard) do update
+            set table_name = excluded.table_name, keep_rows = false, at = now();
+    end if;
 end
 $fn$;
 

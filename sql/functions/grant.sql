@@ -25,7 +25,7 @@ begin
     stmts := array[
         format('grant usage on schema pgcdc to %s', p_role),
         format('grant select on pgcdc.meta, pgcdc.attached, pgcdc.commit_queue, pgcdc.consumer, pgcdc.consumer_state, '
-               'pgcdc.consumer_run, pgcdc.forgotten, pgcdc.attached_schema to %s', p_role),
+               'pgcdc.consumer_run, pgcdc.forgotten, pgcdc.attached_schema, pgcdc.shard_gone to %s', p_role),
         format('grant insert, update on pgcdc.consumer, pgcdc.consumer_state, pgcdc.consumer_run to %s', p_role),
         format('grant select, insert, update, delete on pgcdc.consumer_worker, pgcdc.table_lease to %s', p_role),
         format('grant execute on function pgcdc.maintain(interval), pgcdc.stats(), pgcdc.retention_horizon(), '
