@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # `make test`'s suites, in two lanes. The main lane runs tests/ (PostgreSQL 15 on this image) but
-# the files of SIDE_FILES. The side lane runs, one after the other: the second Spark/Delta pair
-# (compat.sh), PostgreSQL 18 (pg18.sh), and SIDE_FILES in a pytest of their own: tests that
-# mostly wait on processes they start (a standalone cluster, an installed wheel's spark-submit,
-# another Spark application). The main lane leaves about a third of two cores idle (it waits on
-# its servers, child JVMs and writers' pauses); the side lane uses that time instead of adding
-# ~15 minutes after it. Its output goes to .test-logs/ and is printed when the main lane ends.
+# SIDE_FILES and SIDE_TESTS. The side lane runs, one after the other: the second Spark/Delta pair
+# (compat.sh), PostgreSQL 18 (pg18.sh), and SIDE_FILES and SIDE_TESTS in a pytest of their own:
+# tests that mostly wait on processes or servers they start (a standalone cluster, an installed
+# wheel's spark-submit, another Spark application, followers, a standby, an S3 server) and
+# schedules that sit idle between writers' pauses. The main lane leaves about a third of two
+# cores idle (it waits on its servers, child JVMs and writers' pauses); the side lane uses that
+# time instead of adding its ~30 minutes after it. Its output goes to .test-logs/ and is
+# printed when the main lane ends.
 # Arguments go to the main lane's pytest. Exit status: the first failing suite's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-SIDE_FILES=(tests/test_cluster.py tests/test_packaging.py tests/test_catalog.py)
+SIDE_FILES=(tests/test_cluster.py tests/test_packaging.py tests/test_catalog.py tests/test_follow.py)
+SIDE_TESTS=(tests/test_differential.py::test_delta_equals_postgres_on_object_storage
+            tests/test_differential.py::test_delta_equals_postgres_reading_through_a_hot_standby
+            tests/test_differential.py::test_delta_equals_postgres_with_a_fan_in)
 SIDE=(compat pg18 side)
 logs=.test-logs
 mkdir -p "$logs"
@@ -19,7 +24,7 @@ side() {
   case $1 in
     compat) bash scripts/compat.sh ;;
     pg18) bash scripts/pg18.sh ;;
-    side) .venv/bin/pytest -p no:cacheprovider "${SIDE_FILES[@]}" ;;
+    side) .venv/bin/pytest -p no:cacheprovider "${SIDE_FILES[@]}" "${SIDE_TESTS[@]}" ;;
   esac
 }
 (
@@ -31,10 +36,11 @@ side() {
 lane=$!
 # (a background job ignores the terminal's ^C: stop it with the main lane)
 trap 'pkill -TERM -P $lane; exit 130' INT TERM
-echo "[test] beside the main suite: scripts/compat.sh, scripts/pg18.sh, then ${SIDE_FILES[*]} (logs: $logs/)"
+echo "[test] beside the main suite: scripts/compat.sh, scripts/pg18.sh, then ${SIDE_FILES[*]} ${SIDE_TESTS[*]} (logs: $logs/)"
 
 ignore=()
 for f in "${SIDE_FILES[@]}"; do ignore+=(--ignore "$f"); done
+for t in "${SIDE_TESTS[@]}"; do ignore+=(--deselect "$t"); done
 .venv/bin/pytest "${ignore[@]}" "$@"
 statuses=($?)
 if kill -0 "$lane" 2>/dev/null; then echo "[test] main suite done; waiting for the side lane"; fi

@@ -114,6 +114,16 @@ def test_delta_equals_postgres_with_a_partitioned_table(spark, dsn: str, tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES if REPLAY else ["out_of_order"])
+def test_delta_equals_postgres_with_a_fan_in(spark, dsn: str, tmp_path: Path, mode: str) -> None:
+    """The fan-in schedule: besides the four plain tables, three tenants' `orders` (the same keys
+    in each) land in one Delta table under their shards; between runs one tenant is resynced
+    (the others' files must stay as they were) or truncated."""
+    seed = SEEDS[0] + 601 + 2 * (mode == "strict")  # (612: out-of-order)
+    _play(Params.draw(seed, mode, fan_in=True, runs=CI_RUNS, **CI), spark, dsn, tmp_path)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES if REPLAY else ["strict"])
 def test_delta_equals_postgres_through_a_tables_life(spark, dsn: str, tmp_path: Path, mode: str) -> None:
     """The lifecycle schedule: besides the writers and crashes, between runs a table with a

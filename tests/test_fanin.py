@@ -12,6 +12,7 @@ from fixtures.ingest import Syncer
 from pgcdc.errors import TableError, TargetError
 from pgcdc.source import capture
 from pgcdc.sync.runs import resync
+from pgcdc.sync.status import status_report
 from pgcdc.sync.verify import verify
 
 TENANTS = 3
@@ -77,6 +78,8 @@ def test_tenants_land_in_one_table_and_a_resync_of_one_leaves_the_others_untouch
     history = syncer.spark.sql(f"describe history delta.`{syncer.path('app.orders')}`").orderBy("version").collect()
     assert len(history) == versions + 1 and "_pgcdc_shard" in str(history[-1]["operationParameters"])
     assert _delta(syncer) == _postgres(db)
+    report, healthy = status_report(db)
+    assert healthy and report.count("app.orders") >= 3, report  # each source a table of its own, in one Delta table
     # each source keeps its own state in the table: three appIds, tenant 3's one batch further
     assert {f"test@{n}.json" for n in (1, 2, 3)} <= {p.name for p in (syncer.root / "app.orders" / "_pgcdc").iterdir()}
 
@@ -151,3 +154,14 @@ def test_a_detached_source_leaves_with_its_rows_unless_kept_and_a_dropped_one_to
         syncer.run(tables=["tenant_2.orders"])
     resync(syncer.settings(), ["tenant_2.orders"], syncer.spark)
     assert {r for r in _delta(syncer) if r[0] == 2} == _postgres(db, range(2, 3))
+
+
+def test_fan_in_names_that_are_no_table_names_are_refused(db: psycopg.Connection) -> None:
+    _tenants(db, rows=1)
+    db.execute("alter table tenant_2.orders add column _pgcdc_shard int")
+    for into in ("orders", "a.b.c", "../x.y", "a/b.c", "a\\b.c"):
+        with pytest.raises(TableError, match="is not of the form schema.table"):
+            capture.attach(db, "tenant_1.orders", shard=1, into=into)
+    with pytest.raises(TableError, match="has a column named _pgcdc_shard"):
+        capture.attach(db, "tenant_2.orders", shard=2, into="app.orders")
+    assert db.execute("select count(*) from pgcdc.attached").fetchone()[0] == 0

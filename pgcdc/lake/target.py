@@ -106,8 +106,8 @@ def create_table(spark: "SparkSession", path: str, schema: "StructType", keys: l
     """Create the empty Delta table, marked with its consumer and source table (or fan-in name),
     with the properties the [target] settings ask for; its columns as PostgreSQL has them (the
     key columns NOT NULL) without the JDBC reader's field metadata. A fan-in's also has the
-    shard column, which it is partitioned by (lake/shards.py); another source of the fan-in
-    may create it at the same time, and then one of them does.
+    shard column, which it is partitioned by (lake/shards.py); its sources create it one at a
+    time (sync/copies.py, `create_target`).
 
     Refuses a path that already holds files but no Delta log: they are somebody's data.
     """
@@ -132,11 +132,7 @@ def create_table(spark: "SparkSession", path: str, schema: "StructType", keys: l
     for key, value in {OWNER: consumer, SOURCE: table, "delta.checkpointInterval": checkpoint_interval(table),
                        **properties(target), **mapping}.items():
         builder = builder.property(key, value)
-    try:
-        builder.execute()
-    except Exception:
-        if not (fan_in and is_delta(spark, path)):  # (a fan-in's other source created it first)
-            raise
+    builder.execute()
 
 
 def _table_schema(schema: "StructType", keys: list[str]) -> "StructType":

@@ -199,7 +199,7 @@ def _read(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns
         if not re.fullmatch(r"[0-9A-F-]+", snapshot):
             raise ValueError(f"not a snapshot id: {snapshot!r}")
         # (no idle_in_transaction_session_timeout may end the exporting transaction's snapshot
-        # while Spark copies: the exporting session sets it off too, see ingest.copy_table)
+        # while Spark copies: the exporting session sets it off too, see sync/copies.py)
         init = ["BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", f"SET TRANSACTION SNAPSHOT '{snapshot}'"]
     url, props = _props(jdbc, *init)
     frames = [spark.read.jdbc(url, f"({q}) pgcdc_q", properties=props) for q in queries]

@@ -3,8 +3,9 @@
 A run takes each table up to the txmin it saw when it started (plus, in out-of-order
 mode, the committed transactions above it). Runs of the same consumer exclude each other
 through a lease on the primary. What a table needs (copy, apply, pass) is decided in
-pgcdc/sync/plan.py, which engine applies a batch in pgcdc/engines; the loop over the
-tables, and the run's bookkeeping, is pgcdc/sync/runs.py, which calls `Job.sync_table`.
+pgcdc/sync/plan.py, which engine applies a batch in pgcdc/engines; a copy of the whole table
+is pgcdc/sync/copies.py; the loop over the tables, and the run's bookkeeping, is
+pgcdc/sync/runs.py, which calls `Job.sync_table`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from pgcdc import faults
-from pgcdc.engines import BatchWork, Chooser, CopyWork, Engine
+from pgcdc.engines import BatchWork, Chooser, Engine
 from pgcdc.errors import TargetError
 from pgcdc.lake import catalog, tablelog, target
 from pgcdc.lake.state import committed_batch, load_state, read_state_file, write_state_file
@@ -30,11 +31,11 @@ from pgcdc.source import access, enrich, events, partitions
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.columns import Column, fingerprint, table_columns
 from pgcdc.source.events import pending
-from pgcdc.source.mirror import mark_committing, mirror_state, mirrored, register_table
+from pgcdc.source.mirror import mark_committing, mirror_state, mirrored
 from pgcdc.source.sessions import RunSource, SourceConnections, run_source
 from pgcdc.spark import storage
-from pgcdc.sync import compact
-from pgcdc.sync.plan import (check_state, columns_changed, copy_on_driver, copy_reason, next_step, table_path,
+from pgcdc.sync import compact, copies
+from pgcdc.sync.plan import (check_state, columns_changed, copy_reason, next_step, table_path,
                              with_mirror)
 from pgcdc.sync.report import UNDEFINED_COLUMN, TableReport, first_line, source_state
 from pgcdc.watermark import ConsumerState, state_key
@@ -47,10 +48,6 @@ _log = logging.getLogger(__name__)
 
 
 _NO_STATE = ConsumerState("", "", 0, "", 0)  # (a table's state before its first sync: no columns known)
-
-
-class _Behind(Exception):
-    """The reader's snapshot has not reached the registration a copy waits for (its txmin)."""
 
 
 class ColumnsChanged(Exception):
@@ -117,8 +114,7 @@ class Job:
         path, recorded, report, columns = self.open_table(primary, reader, t)
         source = self.source_schema(jdbc, t, columns)
         key, fan_in = self.key(t), t.into is not None
-        if not target.is_delta(self.spark, path):  # (only ever created in an empty place)
-            target.create_table(self.spark, path, source, t.key_columns, s.consumer, t.target_name, s.target, fan_in)
+        copies.create_target(self, primary, t, path, source)
         target.check_owner(self.spark, path, s.consumer, None if recorded else t.target_name, fan_in)
         if s.target.database and (name := catalog.register(self.spark, s.target.database, t.target_name, path)):
             self.say(f"{t.name}: registered in the catalog as {name}")
@@ -134,7 +130,7 @@ class Job:
         why = copy_reason(primary, self.spark, s, t, path, source, copied, now)
         if why is not None:
             self.say(f"{t.name}: {why}: copying the table again")
-            self.copy_table(primary, reader, jdbc, identity, t, columns, path, report,
+            copies.copy_table(self, primary, reader, jdbc, identity, t, columns, path, report,
                             committed_batch(self.spark, path, key) or 0, choice.engine)
         mirror = mirrored(primary, s.consumer, [t.table_id]).get(t.table_id)
         quick = read_state_file(self.spark, path, key)
@@ -152,7 +148,7 @@ class Job:
         if state is not None:
             state = with_mirror(state, mirror)
         if state is None:
-            state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, 0, choice.engine)
+            state = copies.copy_table(self, primary, reader, jdbc, identity, t, columns, path, report, 0, choice.engine)
         check_state(primary, state, identity, t, path)
 
         start: events.Snapshot | None = None
@@ -170,7 +166,7 @@ class Job:
             step = next_step(batch, size.rows, s.ingest.recopy_fraction)
             if step.kind == "copy":
                 self.say(f"{t.name}: batch holds {step.why}: copying the table instead of applying the batch")
-                state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, state.batch,
+                state = copies.copy_table(self, primary, reader, jdbc, identity, t, columns, path, report, state.batch,
                                         choice.engine)
                 report.events += batch.events
                 report.batches += 1
@@ -187,7 +183,7 @@ class Job:
                     self.say(f"{t.name}: its columns changed while this run read it ({changed}): copying the "
                              "table again")
                     columns = table_columns(reader, t.name)
-                    state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, state.batch,
+                    state = copies.copy_table(self, primary, reader, jdbc, identity, t, columns, path, report, state.batch,
                                         choice.engine)
                     report.events += batch.events
                     report.batches += 1
@@ -262,81 +258,6 @@ class Job:
                 return self.plan(reader, state, events.take_snapshot(reader))
         return events.plan_batch(reader, snap, state, out_of_order=s.mode == "out_of_order",
                                  max_events=s.max_events_per_batch, max_keys=s.max_keys_per_batch)
-
-    def copy_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], identity: str,
-                   t: AttachedTable, columns: list[Column], path: str, report: TableReport,
-                   last_batch: int, engine: Engine | None = None) -> ConsumerState:
-        """Copy the whole table (first sync or resync), replacing the Delta table's contents;
-        a small one by `engine` itself where it can (plan.copy_on_driver, Engine.copy).
-
-        All JDBC partitions read in one exported snapshot, whose txmin becomes the
-        watermark: changes the snapshot does not show are in the queue above it, which keeps
-        them from the registration on."""
-        registered = register_table(primary, self.settings.consumer, t.table_id, path)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                return self._copy(primary, reader, jdbc, identity, t, columns, path, report, last_batch, registered,
-                                  engine)
-            except _Behind as behind:
-                # a standby's snapshot xmin can move back: a transaction's xid becomes known to it
-                # only with the transaction's first WAL record; wait again, then take a new snapshot
-                if time.monotonic() > deadline:
-                    raise TargetError(f"{self.settings.source.reader_role} is behind the primary (its txmin {behind.args[0]} < "
-                                      f"{registered} after 60 s); check its replication and run again") from None
-                time.sleep(0.25)
-
-    def _copy(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], identity: str,
-              t: AttachedTable, columns: list[Column], path: str, report: TableReport, last_batch: int,
-              registered: int, engine: Engine | None) -> ConsumerState:
-        """copy_table's copy in one snapshot of the reader, which must have reached `registered`."""
-        events.wait_for_txmin(reader, registered, self.settings.source.reader_role)
-        with reader.transaction():  # held open while Spark copies: the partitions share its snapshot
-            reader.execute("set transaction isolation level repeatable read, read only")
-            snap = events.take_snapshot(reader)
-            if snap.txmin < registered:  # a standby that has not replayed the registration yet
-                raise _Behind(snap.txmin)
-            exported = reader.execute("select pg_export_snapshot()").fetchone()[0]
-            size = partitions.size(reader, t.name)
-            self.say(f"{t.name}: copying the whole table ({size.total_pages} pages) ...")
-            # the transactions at or above txmin whose changes the snapshot shows are copied too
-            applied = events.visible_at_or_above(reader, t.table_id, snap)
-            state = ConsumerState(self.settings.consumer, t.name, t.table_id, identity, snap.txmin, batch=last_batch,
-                                  columns=fingerprint(t.name, t.key_columns, columns),
-                                  shard=t.fan_in_shard).next(snap.txmin, applied)
-
-            def before_commit() -> None:
-                mark_committing(primary, state, path)  # after the snapshot the copy reads
-                faults.failpoint("before-copy-commit")
-            written = None
-            if engine is not None and copy_on_driver(size.bytes, engine.name):
-                written = engine.copy(CopyWork(self.spark, path, lambda: enrich.fetch_table(reader, t, columns),
-                                               self.source_schema(jdbc, t, columns), t.key_columns, state,
-                                               before_commit))
-            if written is None:
-                rows = enrich.read_table(self.spark, jdbc, t, columns, self.settings.ingest.jdbc_partitions,
-                                         size.pages, exported)
-                before_commit()
-                written = target.overwrite(self.spark, path, rows, state)
-        self.committed(primary, path, state, written, copied=True)
-        report.copied = written.upserted
-        return state
-
-    def resync_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
-                     identity: str, t: AttachedTable) -> TableReport:
-        """Copy one table again from scratch (runs.resync_tables goes over the tables)."""
-        s = self.settings
-        path, recorded, report, columns = self.open_table(primary, reader, t)
-        last, engine = 0, None
-        if t.into is not None and not target.is_delta(self.spark, path):  # (a copy replaces its shard's rows only)
-            target.create_table(self.spark, path, self.source_schema(jdbc, t, columns), t.key_columns, s.consumer,
-                                t.target_name, s.target, fan_in=True)
-        if target.is_delta(self.spark, path):
-            target.check_owner(self.spark, path, s.consumer, None if recorded else t.target_name, t.into is not None)
-            last = committed_batch(self.spark, path, self.key(t)) or 0
-            engine = self.chooser.choose(path).engine
-        state = self.copy_table(primary, reader, jdbc, identity, t, columns, path, report, last, engine)
-        return self.finish(primary, reader, state, path, report, columns=fingerprint(t.name, t.key_columns, columns))
 
     def apply_batch(self, engine: Engine, primary: psycopg.Connection, reader: psycopg.Connection,
                     jdbc: dict[str, str], t: AttachedTable, columns: list[Column], batch: events.Batch,

@@ -25,6 +25,7 @@ from pgcdc.source.capture import AttachedTable
 from pgcdc.source.consumers import record_run
 from pgcdc.source.db import connect
 from pgcdc.spark.session import activate, get_session, pinned_threads, side_session
+from pgcdc.sync import copies
 from pgcdc.sync.departed import remove_departed
 from pgcdc.sync.idle import pass_idle
 from pgcdc.sync.ingest import Job
@@ -87,7 +88,7 @@ def resync_tables(job: Job, names: list[str], restored: bool = False) -> list[Ta
             if not restored:  # (a restore's resync holds the whole consumer)
                 consumers.lease_waiting(primary, consumer, t.table_id, t.name, LEASE_WAIT)
             try:
-                reports.append(job.resync_table(primary, reader, jdbc, identity, t))
+                reports.append(copies.resync_table(job, primary, reader, jdbc, identity, t))
             finally:
                 if not restored and not primary.broken:
                     consumers.unlease(primary, consumer, [t.table_id])

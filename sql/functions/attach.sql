@@ -127,10 +127,16 @@ begin
                 hint = format('give each source of a fan-in its own shard number: `pgcdc attach %s --into %s --shard N`',
                               tbl, into_table);
         end if;
-        if into_table !~ '^[^.]+\.[^.]+$' then
+        if into_table !~ '^[^./\\[:cntrl:]]+\.[^./\\[:cntrl:]]+$' then
             raise exception using errcode = 'PC006',
                 message = format('fan-in name %s is not of the form schema.table', into_table),
-                hint = 'name the Delta table as a table is named, e.g. --into app.orders';
+                hint = 'name the Delta table as a table is named, e.g. --into app.orders (one dot, no slashes)';
+        end if;
+        if exists (select 1 from pg_attribute a where a.attrelid = tbl and a.attname = '_pgcdc_shard'
+                                                  and not a.attisdropped) then
+            raise exception using errcode = 'PC006',
+                message = format('%s has a column named _pgcdc_shard, which pgcdc keeps for a fan-in''s shard', tbl),
+                hint = 'rename that column to land the table in a fan-in';
         end if;
         select a.table_name into v_diff from pgcdc.attached a
          where a.into_table is null and a.table_name = attach.into_table and a.relid <> tbl;

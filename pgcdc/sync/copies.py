@@ -1,0 +1,132 @@
+"""Copying a table whole (first sync, resync, a copy a run decides on: sync/plan.py) into its
+Delta table, and creating that Delta table: what `Job` (sync/ingest.py) does when a table is
+copied rather than applied batch by batch.
+
+All of a copy is read in one exported snapshot of the reader, whose txmin becomes the
+watermark; the copy replaces the Delta table's rows (a fan-in source's, its shard's) in one
+commit that carries the state.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from pgcdc import faults
+from pgcdc.engines import CopyWork, Engine
+from pgcdc.errors import TargetError
+from pgcdc.lake import target
+from pgcdc.lake.state import committed_batch
+from pgcdc.source import enrich, events, partitions
+from pgcdc.source.capture import AttachedTable
+from pgcdc.source.columns import Column, fingerprint
+from pgcdc.source.mirror import mark_committing, register_table
+from pgcdc.sync.plan import copy_on_driver
+from pgcdc.sync.report import TableReport
+from pgcdc.watermark import ConsumerState
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+    from pgcdc.sync.ingest import Job
+
+
+class _Behind(Exception):
+    """The reader's snapshot has not reached the registration a copy waits for (its txmin)."""
+
+
+def create_target(job: "Job", primary: psycopg.Connection, t: AttachedTable, path: str, source: "StructType") -> None:
+    """Create the table's Delta table if there is none (only ever in an empty place). The
+    sources of a fan-in share one: they create it one at a time, under an advisory lock on
+    its path that the others' lanes and workers take too (a create seen half-made would
+    look like somebody's files)."""
+    s = job.settings
+    if target.is_delta(job.spark, path):
+        return
+    if t.into is None:
+        target.create_table(job.spark, path, source, t.key_columns, s.consumer, t.name, s.target)
+        return
+    lock = ("select pg_advisory_lock(hashtext(%s))", "select pg_advisory_unlock(hashtext(%s))")
+    primary.execute(lock[0], (f"pgcdc fan-in {path}",))
+    try:
+        if not target.is_delta(job.spark, path):
+            target.create_table(job.spark, path, source, t.key_columns, s.consumer, t.into, s.target, fan_in=True)
+    finally:
+        if not primary.broken:
+            primary.execute(lock[1], (f"pgcdc fan-in {path}",))
+
+
+def copy_table(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], identity: str,
+               t: AttachedTable, columns: list[Column], path: str, report: TableReport,
+               last_batch: int, engine: Engine | None = None) -> ConsumerState:
+    """Copy the whole table (first sync or resync), replacing the Delta table's contents;
+    a small one by `engine` itself where it can (plan.copy_on_driver, Engine.copy).
+
+    All JDBC partitions read in one exported snapshot, whose txmin becomes the
+    watermark: changes the snapshot does not show are in the queue above it, which keeps
+    them from the registration on."""
+    registered = register_table(primary, job.settings.consumer, t.table_id, path)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return _copy(job, primary, reader, jdbc, identity, t, columns, path, report, last_batch, registered, engine)
+        except _Behind as behind:
+            # a standby's snapshot xmin can move back: a transaction's xid becomes known to it
+            # only with the transaction's first WAL record; wait again, then take a new snapshot
+            if time.monotonic() > deadline:
+                raise TargetError(f"{job.settings.source.reader_role} is behind the primary (its txmin {behind.args[0]} < "
+                                  f"{registered} after 60 s); check its replication and run again") from None
+            time.sleep(0.25)
+
+def _copy(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], identity: str,
+          t: AttachedTable, columns: list[Column], path: str, report: TableReport, last_batch: int,
+          registered: int, engine: Engine | None) -> ConsumerState:
+    """copy_table's copy in one snapshot of the reader, which must have reached `registered`."""
+    events.wait_for_txmin(reader, registered, job.settings.source.reader_role)
+    with reader.transaction():  # held open while Spark copies: the partitions share its snapshot
+        reader.execute("set transaction isolation level repeatable read, read only")
+        snap = events.take_snapshot(reader)
+        if snap.txmin < registered:  # a standby that has not replayed the registration yet
+            raise _Behind(snap.txmin)
+        exported = reader.execute("select pg_export_snapshot()").fetchone()[0]
+        size = partitions.size(reader, t.name)
+        job.say(f"{t.name}: copying the whole table ({size.total_pages} pages) ...")
+        # the transactions at or above txmin whose changes the snapshot shows are copied too
+        applied = events.visible_at_or_above(reader, t.table_id, snap)
+        state = ConsumerState(job.settings.consumer, t.name, t.table_id, identity, snap.txmin, batch=last_batch,
+                              columns=fingerprint(t.name, t.key_columns, columns),
+                              shard=t.fan_in_shard).next(snap.txmin, applied)
+
+        def before_commit() -> None:
+            mark_committing(primary, state, path)  # after the snapshot the copy reads
+            faults.failpoint("before-copy-commit")
+        written = None
+        if engine is not None and copy_on_driver(size.bytes, engine.name):
+            written = engine.copy(CopyWork(job.spark, path, lambda: enrich.fetch_table(reader, t, columns),
+                                           job.source_schema(jdbc, t, columns), t.key_columns, state,
+                                           before_commit))
+        if written is None:
+            rows = enrich.read_table(job.spark, jdbc, t, columns, job.settings.ingest.jdbc_partitions,
+                                     size.pages, exported)
+            before_commit()
+            written = target.overwrite(job.spark, path, rows, state)
+    job.committed(primary, path, state, written, copied=True)
+    report.copied = written.upserted
+    return state
+
+def resync_table(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
+                 identity: str, t: AttachedTable) -> TableReport:
+    """Copy one table again from scratch (runs.resync_tables goes over the tables)."""
+    s = job.settings
+    path, recorded, report, columns = job.open_table(primary, reader, t)
+    last, engine = 0, None
+    if t.into is not None:  # (its copy replaces its shard's rows in the table)
+        create_target(job, primary, t, path, job.source_schema(jdbc, t, columns))
+    if target.is_delta(job.spark, path):
+        target.check_owner(job.spark, path, s.consumer, None if recorded else t.target_name, t.into is not None)
+        last = committed_batch(job.spark, path, job.key(t)) or 0
+        engine = job.chooser.choose(path).engine
+    state = copy_table(job, primary, reader, jdbc, identity, t, columns, path, report, last, engine)
+    return job.finish(primary, reader, state, path, report, columns=fingerprint(t.name, t.key_columns, columns))
