@@ -10,7 +10,9 @@ import pytest
 
 from fixtures.ingest import Syncer
 from pgcdc.errors import TableError, TargetError
+from pgcdc.lake import shards, tablelog
 from pgcdc.source import capture
+from pgcdc.sync import plan
 from pgcdc.sync.runs import resync
 from pgcdc.sync.status import status_report
 from pgcdc.sync.verify import verify
@@ -55,6 +57,12 @@ def test_tenants_land_in_one_table_and_a_resync_of_one_leaves_the_others_untouch
     syncer.run()
     delta = syncer.delta("app.orders")
     assert delta.columns == ["id", "customer", "amount", SHARD]
+    files = tablelog.read_state(syncer.spark, syncer.path("app.orders"), need_txns=False).all_files
+    assert files and all(p.startswith(tuple(shards.folder(n) for n in (1, 2, 3))) for p in files), files
+    # a source's compaction counts its own partition's files
+    log, own = tablelog.read_state(syncer.spark, syncer.path("app.orders")), sum(p.startswith("_pgcdc_shard=2/")
+                                                                                   for p in files)
+    assert plan.compact_reason(log, own, shard=2) == f"{own} small files" and not plan.compact_reason(log, own + 1, 2)
     assert _delta(syncer) == _postgres(db) and len(_postgres(db)) == 150
     # changes in each tenant, equal keys in all three; a TRUNCATE of one replaces only its rows
     db.execute("update tenant_1.orders set amount = amount + 1 where id <= 10")

@@ -73,6 +73,26 @@ def test_statements_aimed_at_the_root_a_branch_or_a_leaf_queue_their_keys_under_
     assert status_data(db)["ddl_guard"]
 
 
+def test_a_partition_attached_or_detached_queues_its_rows_keys_not_a_copy(db: psycopg.Connection) -> None:
+    db.execute(TREE)
+    capture.attach(db, "pay")
+    db.execute("create table pay_05 (like pay)")
+    db.execute("insert into pay_05 select i, date '2024-05-01' + i % 30, 'x' from generate_series(1, 25000) i")
+    db.execute("delete from pgcdc.commit_queue")
+    db.execute("set datestyle = 'SQL, DMY'")  # (the keys' text must not follow the session's settings)
+    db.execute("alter table pay attach partition pay_05 for values from ('2024-05-01') to ('2024-06-01')")
+    queued = _queued(db)
+    assert [op for op, _ in queued] == ["U"] * 3  # chunks of 10000 keys
+    keys = {k for _, chunk in queued for k in chunk or []}
+    assert len(keys) == 25000 and "{1,2024-05-02}" in keys
+    db.execute("delete from pgcdc.commit_queue")
+    db.execute("alter table pay detach partition pay_05")
+    assert {k for _, chunk in _queued(db) for k in chunk or []} == keys and {op for op, _ in _queued(db)} == {"U"}
+    db.execute("delete from pgcdc.commit_queue")
+    db.execute("drop table pay_05")  # (no longer the tree's: nothing to queue)
+    assert _queued(db) == []
+
+
 @pytest.mark.parametrize("guard", ["event trigger", "no event trigger"])
 def test_delta_equals_a_partitioned_table_through_its_trees_life(db: psycopg.Connection, syncer: Syncer,
                                                                   guard: str) -> None:
@@ -95,14 +115,18 @@ def test_delta_equals_a_partitioned_table_through_its_trees_life(db: psycopg.Con
     syncer.run()
     _assert_equal(db, syncer)
 
-    def tree_change(sql: str) -> None:
+    def tree_change(sql: str, copied: bool = False) -> None:
         """A change to the tree, then a write aimed at the changed part; where no event trigger saw
-        the change, status names it and runs copy the table until `pgcdc attach pay`."""
+        the change, status names it and runs copy the table until `pgcdc attach pay`. With the
+        event trigger, a partition attached or detached has its rows' keys queued (no copy of the
+        whole table), a dropped one is a copy (`copied`)."""
         db.execute(sql)
         db.execute("insert into pay_03 select i, '2024-03-03', 'new leaf' from generate_series(900, 905) i "
                    "on conflict do nothing")
-        syncer.run()
+        report = syncer.run()["public.pay"]
         _assert_equal(db, syncer)
+        if guard == "event trigger":
+            assert bool(report.copied) == copied, (sql, report.line())
         problems = [p for p in status_data(db)["problems"] if "public.pay" in p]
         if guard == "no event trigger":
             assert problems and "run `pgcdc attach public.pay`" in problems[0], problems
@@ -118,7 +142,10 @@ def test_delta_equals_a_partitioned_table_through_its_trees_life(db: psycopg.Con
                 "alter table pay attach partition pay_04 for values from ('2024-04-01') to ('2024-05-01')")
     tree_change("alter table pay detach partition pay_01")
     db.execute("insert into pay_01 values (1, '2024-01-30', 'detached: not the root''s')")
-    tree_change("drop table pay_04")
+    tree_change("drop table pay_04", copied=True)
+    # to drop a partition without a copy: detach it first (its keys are queued), then drop it
+    tree_change("alter table pay detach partition pay_03; drop table pay_03; create table pay_03 partition of pay "
+                "for values from ('2024-03-01') to ('2024-04-01')")
     db.execute("truncate pay_02_h0")  # (fires its own truncate trigger: no change to the tree)
     db.execute("insert into pay_02_h1 select i, '2024-02-20', 'after truncate' from generate_series(800, 820) i "
                "where satisfies_hash_partition('pay_02'::regclass, 2, 1, i::bigint)")

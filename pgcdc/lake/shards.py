@@ -26,6 +26,12 @@ def where(shard: int) -> str:
     return f"{SHARD} = {int(shard)}"
 
 
+def folder(shard: int) -> str:
+    """The folder of one shard's data files in the table (Delta's partition folder), as its log
+    names them."""
+    return f"{SHARD}={int(shard)}/"
+
+
 def with_shard(rows: "DataFrame", shard: int) -> "DataFrame":
     """A source's rows with its shard column, as its fan-in's Delta table holds them."""
     from pyspark.sql import functions as F

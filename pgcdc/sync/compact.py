@@ -118,11 +118,11 @@ class Compactor:
         if compact_files <= 0:
             return
         log = tablelog.read_state(self.spark, path, need_txns=False)
-        why = plan.compact_reason(log, compact_files)
+        why = plan.compact_reason(log, compact_files, shard)
         if why is None:
             return
         if self.running is not None:  # (this run's: `wait` at the run's end clears it)
-            if plan.compact_reason(log, 2 * compact_files) is None:
+            if plan.compact_reason(log, 2 * compact_files, shard) is None:
                 return
             self.running.result()
         if self.session is None:
@@ -136,7 +136,7 @@ class Compactor:
         beside the table's next batch would conflict with it), so each batch reads and
         rewrites a bounded number of files however long the run."""
         log = tablelog.read_state(self.spark, path, need_txns=False)
-        why = plan.compact_reason(log, compact_files)
+        why = plan.compact_reason(log, compact_files, shard)
         if why is None:
             return
         self.wait()

@@ -102,17 +102,18 @@ def copy_on_driver(table_bytes: int, engine: str) -> bool:
     return engine == "fast" and table_bytes <= SMALL_TABLE
 
 
-def compact_reason(log: "LogState", compact_files: int) -> str | None:
+def compact_reason(log: "LogState", compact_files: int, shard: int | None = None) -> str | None:
     """Why the table's small files should be compacted now, or None: it has at least
     `compact_files` files under SMALL_FILE. Each batch adds a file (or two); every file
     costs each later batch a little, and past 50 files Delta stops listing them in its
     checksum, which the fast engine and the gone-files check then have to replay. Counted
     from the checksum (its file list, else its file count and total size); a version
-    without one is not judged."""
+    without one is not judged. A fan-in source's (`shard`): the files of its partition."""
     if compact_files <= 0:
         return None
     if log.all_files is not None:
-        small = sum(1 for size in log.all_files.values() if size < SMALL_FILE)
+        folder = "" if shard is None else shards.folder(shard)
+        small = sum(1 for path, size in log.all_files.items() if size < SMALL_FILE and path.startswith(folder))
     elif log.num_files and log.table_bytes is not None and log.table_bytes / log.num_files < SMALL_FILE:
         small = log.num_files  # (files averaging under SMALL_FILE: most are small)
     else:

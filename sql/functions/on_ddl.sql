@@ -1,6 +1,7 @@
 -- pgcdc._on_ddl(): event trigger function (ddl_command_end of ALTER TABLE and CREATE TABLE;
 -- installed where the installing role may create event triggers). After DDL on an attached
--- table that changed its partition tree, capture follows the tree (below). After DDL on an
+-- table that changed its partition tree, capture follows the tree and the keys of the rows
+-- that came or went are queued (below). After DDL on an
 -- attached table that changed its columns,
 -- in the DDL's own transaction: follow renamed key columns (by number), regenerate the capture
 -- code, and queue a T event so every consumer copies the table again (its Delta copy has the
@@ -17,6 +18,8 @@ declare
     a pgcdc.attached;
     v_cols text[];
     v_types text[];
+    v_new oid[];
+    v_leaf regclass;
 begin
     -- (a rename: the name a dropped table is reported by)
     update pgcdc.attached t set table_name = t.relid::text
@@ -57,7 +60,8 @@ begin
     end loop;
     -- a partitioned table's tree changed (a partition created, attached or detached, at any
     -- depth): capture follows it in this transaction; the rows an attached partition brought
-    -- in, or a detached one took away, are copied (a partition just created holds none)
+    -- in, or a detached one took away, are queued by key, leaf by leaf (_queue_keys: bounded to
+    -- them, not a copy of the whole table); a partition just created holds none
     for a in select distinct on (t.table_id) t.*
                from pg_event_trigger_ddl_commands() c
               cross join lateral pg_partition_ancestors(c.objid) p(relid)
@@ -67,7 +71,15 @@ begin
     loop
         perform pgcdc._generate_capture(a.table_id);
         if tg_tag = 'ALTER TABLE' then
-            perform pgcdc._queue_copy(a.table_id);
+            v_new := (select t.members from pgcdc.attached t where t.table_id = a.table_id);
+            for v_leaf in select m::regclass from unnest(v_new) m where not m = any(a.members)
+                          union
+                          select m::regclass from unnest(a.members) m where not m = any(v_new)
+            loop
+                if (select c.relkind from pg_class c where c.oid = v_leaf) is distinct from 'p' then
+                    perform pgcdc._queue_keys(a.table_id, v_leaf);  -- (a partitioned one: its leaves are listed)
+                end if;
+            end loop;
         end if;
     end loop;
 end
