@@ -162,6 +162,9 @@ alter table pgcdc.attached add column if not exists members oid[];
 alter table pgcdc.attached add column if not exists into_table text;
 create unique index if not exists attached_into_shard on pgcdc.attached (into_table, shard)
     where into_table is not null;
+-- The column a table's Delta table is partitioned by (`attach --delta-partition-by`), or null.
+alter table pgcdc.attached add column if not exists delta_partition_by text;
+
 -- Fan-in sources that left (detached, dropped, attached elsewhere): each consumer's next run
 -- removes their rows from its Delta table of the fan-in, unless `keep_rows` (`pgcdc detach
 -- --keep-rows`). Attaching a source under that shard again ends it.

@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from fixtures.ingest import Syncer, disable_event_triggers
+from pgcdc.errors import TableError
 from pgcdc.source import capture
 from pgcdc.sync.status import status_data
 
@@ -170,3 +171,33 @@ def test_a_table_made_a_partition_of_another_is_named_and_copied(db: psycopg.Con
     assert problems and "public.t is now a partition of public.outer_t" in problems[0], status_data(db)["problems"]
     got = {(r["id"], r["v"]) for r in syncer.delta("public.t").collect()}
     assert got == set(db.execute("select id, v from t").fetchall())
+
+
+def test_a_delta_table_partitioned_by_a_column_attach_names_and_laid_out_again_when_it_changes(
+        db: psycopg.Connection, syncer: Syncer) -> None:
+    from delta.tables import DeltaTable
+
+    db.execute("create table ev (id bigint primary key, day date not null, v text)")
+    db.execute("insert into ev select i, date '2024-01-01' + i % 5, 'v' || i from generate_series(1, 100) i")
+    with pytest.raises(TableError, match="table public.ev has no column nope"):
+        capture.attach(db, "ev", delta_partition_by="nope")
+    capture.attach(db, "ev", delta_partition_by="day")
+
+    def layout() -> list[str]:
+        return DeltaTable.forPath(syncer.spark, syncer.path("public.ev")).detail().collect()[0]["partitionColumns"]
+
+    def equal() -> None:
+        want = set(db.execute("select id, day, v from ev").fetchall())
+        assert {(r["id"], r["day"], r["v"]) for r in syncer.delta("public.ev").collect()} == want
+
+    syncer.run()
+    assert layout() == ["day"] and any("engine merge: the table is partitioned" in line for line in syncer.lines)
+    equal()
+    db.execute("update ev set day = day + 10 where id <= 10; delete from ev where id between 50 and 55; "
+               "insert into ev values (200, '2024-02-01', 'new')")
+    syncer.run()
+    equal()
+    capture.attach(db, "ev")  # attached again without it: every consumer copies it unpartitioned
+    assert syncer.run()["public.ev"].copied == 95
+    assert layout() == []
+    equal()

@@ -105,13 +105,16 @@ def cmd_attach(args: argparse.Namespace) -> int:
         raise ConfigError("name a table or --schema SCHEMA (not both): `pgcdc attach app.orders`, "
                           "`pgcdc attach --schema app`")
     if args.schema:
-        if args.key or args.where or args.shard is not None or args.into:
-            raise ConfigError("--key, --where, --shard and --into apply to one table; attach such a table on its own")
+        if args.key or args.where or args.shard is not None or args.into or args.delta_partition_by:
+            raise ConfigError("--key, --where, --shard, --into and --delta-partition-by apply to one table; attach "
+                              "such a table on its own")
         return _attach_schemas(args)
     key = [c.strip() for c in args.key.split(",")] if args.key else None
     with _source(args) as conn:
-        t = capture.attach(conn, args.table, key=key, predicate=args.where, shard=args.shard, into=args.into)
-    extra = "".join([f", where {t.predicate}" if t.predicate else "", f", shard {t.shard}" if t.shard is not None else ""])
+        t = capture.attach(conn, args.table, key=key, predicate=args.where, shard=args.shard, into=args.into,
+                           delta_partition_by=args.delta_partition_by)
+    extra = "".join([f", where {t.predicate}" if t.predicate else "", f", shard {t.shard}" if t.shard is not None else "",
+                     f", Delta table partitioned by {t.delta_partition_by}" if t.delta_partition_by else ""])
     print(f"attached {t.name} (key {', '.join(t.key_columns)}{extra}); its changes are now captured")
     if t.into is not None:
         print(f"its rows land in {t.into} with {shards.SHARD} = {t.shard}, beside that fan-in's other sources")
@@ -187,7 +190,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     with _source(args) as conn:
         tables = capture.list_attached(conn)
     if args.json:
-        _print_json([{"table": t.name, "key": t.key_columns, "where": t.predicate, "shard": t.shard, "into": t.into}
+        _print_json([{"table": t.name, "key": t.key_columns, "where": t.predicate, "shard": t.shard, "into": t.into,
+                      "delta_partition_by": t.delta_partition_by}
                      for t in tables])
         return 0
     if not tables:
@@ -338,6 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
                    f"shard in its fan-in (its rows carry it in column {shards.SHARD})")
     p.add_argument("--into", metavar="SCHEMA.TABLE", help="land the table in this fan-in's Delta table, beside other "
                    "sources of the same shape, each under its own --shard (docs/fan-in.md)")
+    p.add_argument("--delta-partition-by", metavar="COLUMN", help="partition the table's Delta table by this column "
+                   "(readers filtering on it skip the rest; such a table is applied by the merge engine)")
     p = add("grant", cmd_grant, "grant a role what a pgcdc reader (ingest, status, verify) or admin needs")
     p.add_argument("role", help="an existing role, e.g. one made with CREATE ROLE pgcdc_reader LOGIN PASSWORD '...'")
     kind = p.add_mutually_exclusive_group(required=True)

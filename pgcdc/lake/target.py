@@ -102,12 +102,13 @@ def properties(target: "TargetSettings") -> dict[str, str]:
 
 
 def create_table(spark: "SparkSession", path: str, schema: "StructType", keys: list[str], consumer: str, table: str,
-                 target: "TargetSettings", fan_in: bool = False) -> None:
+                 target: "TargetSettings", fan_in: bool = False, partition_by: list[str] | None = None) -> None:
     """Create the empty Delta table, marked with its consumer and source table (or fan-in name),
     with the properties the [target] settings ask for; its columns as PostgreSQL has them (the
     key columns NOT NULL) without the JDBC reader's field metadata. A fan-in's also has the
     shard column, which it is partitioned by (lake/shards.py); its sources create it one at a
-    time (sync/copies.py, `create_target`).
+    time (sync/copies.py, `create_target`). Any other table is partitioned by `partition_by`
+    (`attach --delta-partition-by`), if given.
 
     Refuses a path that already holds files but no Delta log: they are somebody's data.
     """
@@ -126,8 +127,8 @@ def create_table(spark: "SparkSession", path: str, schema: "StructType", keys: l
     if fan_in:
         schema, keys = shards.add_column(schema), [*keys, shards.SHARD]
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(_table_schema(schema, keys))
-    if fan_in:
-        builder = builder.partitionedBy(shards.SHARD)
+    if fan_in or partition_by:
+        builder = builder.partitionedBy(*([shards.SHARD] if fan_in else partition_by or []))
     mapping = _COLUMN_MAPPING if needs_column_mapping(schema) else {}
     for key, value in {OWNER: consumer, SOURCE: table, "delta.checkpointInterval": checkpoint_interval(table),
                        **properties(target), **mapping}.items():
@@ -230,12 +231,14 @@ def last_commit(spark: "SparkSession", path: str, state: ConsumerState) -> Writt
                       "writer already committed that batch number; is a second ingest running elsewhere?")
 
 
-def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState) -> Written:
+def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState,
+              partition_by: list[str] | None = None) -> Written:
     """Replace the table's contents (first sync or resync) in one commit carrying the state;
     a fan-in source's (`state.shard`) rows only (`_replace_shard`).
 
-    With the same columns the table keeps its schema (key columns NOT NULL). With other
-    columns it takes the source's, without the JDBC reader's field metadata; Delta then
+    With the same columns and partitioning (`partition_by`) the table keeps its schema (key
+    columns NOT NULL). With other columns, or another partitioning, it takes the source's
+    columns, without the JDBC reader's field metadata, and that partitioning; Delta then
     makes every column nullable (it cannot set NOT NULL again). A column renamed to a name
     that needs column mapping turns it on first."""
     from pyspark.sql import functions as F
@@ -244,13 +247,15 @@ def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: Consum
     if state.shard is not None:
         return _replace_shard(spark, path, rows, state, log.schema())
     writer = rows.write.format("delta").mode("overwrite")
-    if schema_change(log.schema(), rows.schema) is not None:
+    have = list(log.metadata.get("partitionColumns") or [])
+    want = have if partition_by is None else partition_by
+    if schema_change(log.schema(), rows.schema) is not None or want != have:
         if needs_column_mapping(rows.schema) and log.configuration.get("delta.columnMapping.mode", "none") == "none":
             props = ", ".join(f"'{k}' = '{v}'" for k, v in _COLUMN_MAPPING.items())
             spark.sql(f"alter table delta.{spark_ident(path)} set tblproperties ({props})")
         # (coalesce of one column: the value unchanged, the JDBC reader's field metadata gone)
         plain = rows.select(*[F.coalesce(F.col(spark_ident(c))).alias(c) for c in rows.columns])
-        writer = plain.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+        writer = plain.write.format("delta").mode("overwrite").option("overwriteSchema", "true").partitionBy(*want)
     with state_commit(spark, state):
         writer.save(path)
     return last_commit(spark, path, state)

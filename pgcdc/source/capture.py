@@ -62,6 +62,7 @@ class AttachedTable:
     predicate: str | None
     shard: int | None
     into: str | None = None  # a fan-in's name: the Delta table its rows land in, under `shard`
+    delta_partition_by: str | None = None  # the column its Delta table is partitioned by (attach --delta-partition-by)
 
     @property
     def target_name(self) -> str:
@@ -266,15 +267,18 @@ def _table_error(exc: psycopg.Error) -> TableError:
 
 
 def attach(conn: psycopg.Connection, table: str, key: list[str] | None = None,
-           predicate: str | None = None, shard: int | None = None, into: str | None = None) -> AttachedTable:
+           predicate: str | None = None, shard: int | None = None, into: str | None = None,
+           delta_partition_by: str | None = None) -> AttachedTable:
     """Start capturing `table` (idempotent: re-attaching updates the options); with `into`, as
-    shard `shard` of that fan-in (docs/fan-in.md)."""
+    shard `shard` of that fan-in (docs/fan-in.md); `delta_partition_by`: a column its Delta table is
+    partitioned by."""
     require_schema(conn)
     name = resolve_table(conn, table)
     try:
         with conn.transaction():
             _lock(conn)
-            conn.execute("select pgcdc.attach(%s::regclass, %s, %s, %s, %s)", (name, key, predicate, shard, into))
+            conn.execute("select pgcdc.attach(%s::regclass, %s, %s, %s, %s, %s)",
+                         (name, key, predicate, shard, into, delta_partition_by))
     except psycopg.errors.LockNotAvailable:
         raise _timed_out(conn, f"attach {name}", [name]) from None
     except psycopg.Error as exc:
@@ -330,7 +334,7 @@ def list_attached(conn: psycopg.Connection) -> list[AttachedTable]:
 def _attached(conn: psycopg.Connection) -> list[AttachedTable]:
     rows = conn.execute(
         "select a.table_id, format('%I.%I', n.nspname, c.relname) as name, a.key_columns, a.key_types, "
-        "a.predicate, a.shard, a.into_table from pgcdc.attached a join pg_class c on c.oid = a.relid "
+        "a.predicate, a.shard, a.into_table, a.delta_partition_by from pgcdc.attached a join pg_class c on c.oid = a.relid "
         "join pg_namespace n on n.oid = c.relnamespace order by name").fetchall()
     return [AttachedTable(*row) for row in rows]
 

@@ -23,7 +23,7 @@ from pgcdc.source import enrich, events, partitions
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.columns import Column, fingerprint
 from pgcdc.source.mirror import mark_committing, register_table
-from pgcdc.sync.plan import copy_on_driver
+from pgcdc.sync.plan import copy_on_driver, partition_columns
 from pgcdc.sync.report import TableReport
 from pgcdc.watermark import ConsumerState
 
@@ -46,7 +46,8 @@ def create_target(job: "Job", primary: psycopg.Connection, t: AttachedTable, pat
     if target.is_delta(job.spark, path):
         return
     if t.into is None:
-        target.create_table(job.spark, path, source, t.key_columns, s.consumer, t.name, s.target)
+        target.create_table(job.spark, path, source, t.key_columns, s.consumer, t.name, s.target,
+                            partition_by=partition_columns(t))
         return
     lock = ("select pg_advisory_lock(hashtext(%s))", "select pg_advisory_unlock(hashtext(%s))")
     primary.execute(lock[0], (f"pgcdc fan-in {path}",))
@@ -103,7 +104,7 @@ def _copy(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, j
             mark_committing(primary, state, path)  # after the snapshot the copy reads
             faults.failpoint("before-copy-commit")
         written = None
-        if engine is not None and copy_on_driver(size.bytes, engine.name):
+        if engine is not None and copy_on_driver(size.bytes, engine.name) and not partition_columns(t):
             written = engine.copy(CopyWork(job.spark, path, lambda: enrich.fetch_table(reader, t, columns),
                                            job.source_schema(jdbc, t, columns), t.key_columns, state,
                                            before_commit))
@@ -111,7 +112,7 @@ def _copy(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, j
             rows = enrich.read_table(job.spark, jdbc, t, columns, job.settings.ingest.jdbc_partitions,
                                      size.pages, exported)
             before_commit()
-            written = target.overwrite(job.spark, path, rows, state)
+            written = target.overwrite(job.spark, path, rows, state, partition_columns(t))
     job.committed(primary, path, state, written, copied=True)
     report.copied = written.upserted
     return state

@@ -66,7 +66,8 @@ def copy_reason(primary: "psycopg.Connection", spark: "SparkSession", settings: 
     """Why the table must be copied before batches apply to it again, or None: the consumer
     fell past the retention limit (the queue no longer keeps what it missed, see
     consumers.py), capture no longer covers the table's partition tree (partitions.gaps: a copy
-    each run until `pgcdc attach` makes capture follow it), or the table's columns (`source`,
+    each run until `pgcdc attach` makes capture follow it), attach asks for another partitioning
+    of its Delta table (`layout_changed`), or the table's columns (`source`,
     as the sync reads them) changed (a fan-in source's: `copied` and `now`, see columns_changed)."""
     reason = resync_reason(primary, settings.consumer, t.table_id)
     if reason is not None:
@@ -74,8 +75,26 @@ def copy_reason(primary: "psycopg.Connection", spark: "SparkSession", settings: 
     gap = partitions.gaps(primary, {t.table_id: t.name}).get(t.table_id)
     if gap is not None:
         return gap
+    layout = layout_changed(tablelog.read_state(spark, path, need_txns=False), t)
+    if layout is not None and t.into is None:  # (a fan-in's table is always partitioned by shard)
+        return layout
     changed = columns_changed(spark, settings, t, path, source, copied, now)
     return None if changed is None else f"its columns changed ({changed})"
+
+
+def partition_columns(t: "AttachedTable") -> list[str]:
+    """The columns the table's Delta table is partitioned by: a fan-in's shard (lake/shards.py),
+    the column `attach --delta-partition-by` named, or none."""
+    return [shards.SHARD] if t.into is not None else [t.delta_partition_by] if t.delta_partition_by else []
+
+
+def layout_changed(log: "LogState", t: "AttachedTable") -> str | None:
+    """How the Delta table's partition columns differ from those attach asks for now, or None
+    (a copy writes the new layout)."""
+    have, want = list(log.metadata.get("partitionColumns") or []), partition_columns(t)
+    if have == want:
+        return None
+    return f"its Delta table is partitioned by {', '.join(have) or 'nothing'}, attach asks for {', '.join(want) or 'nothing'}"
 
 
 def columns_changed(spark: "SparkSession", settings: "Settings", t: "AttachedTable", path: str,

@@ -1,23 +1,30 @@
--- pgcdc.attach(tbl, key_columns, predicate, shard, into_table): start capturing a table's changes.
+-- pgcdc.attach(tbl, key_columns, predicate, shard, into_table, delta_partition_by): start capturing a
+-- table's changes.
 -- Attaching an attached table again with the same key, predicate and into_table updates its shard
 -- and regenerates its capture code; with another key, predicate or into_table it is attached anew
 -- (a new table_id: its consumers copy it again). Returns the table_id.
 -- into_table: a fan-in, whose sources land in one Delta table of that name, each under its shard
 -- (required, one per source): every source of a fan-in has the same key and columns.
+-- delta_partition_by: a column of the table its Delta table is partitioned by (readers that filter
+-- on it skip the other partitions); attaching again with another (or none) makes each consumer's
+-- next run copy the table in the new layout.
 -- Touches: pgcdc.attached, and (through _generate_capture) a capture function and four triggers.
 -- Errors (SQLSTATE): PC001 no primary key, PC002 bad key columns, PC003 bad predicate,
 -- PC004 key of a type whose text form or equality pgcdc cannot keep exact, PC006 a fan-in that does
--- not fit (no shard, a shard taken, another shape, a name an attached table has), PC005 a partition
+-- not fit (no shard, a shard taken, another shape, a name an attached table has) or a
+-- delta_partition_by that is no column (or beside a fan-in), PC005 a partition
 -- (its root is attached instead) or a table of an inheritance tree (statements aimed at a child
 -- bypass the parent's triggers), 42809 not a table. A partitioned table is captured whole: every
 -- table of its tree, at any depth (_generate_capture).
-drop function if exists pgcdc.attach(regclass, text[], text, int);  -- (schema v9's, without into_table)
+drop function if exists pgcdc.attach(regclass, text[], text, int);  -- (schema v9's)
+drop function if exists pgcdc.attach(regclass, text[], text, int, text);
 create or replace function pgcdc.attach(
     tbl regclass,
     key_columns text[] default null,
     predicate text default null,
     shard int default null,
-    into_table text default null
+    into_table text default null,
+    delta_partition_by text default null
 ) returns int
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -34,6 +41,8 @@ declare
     v_members oid[];
     v_other record;
     v_diff text;
+    v_layout text;
+    v_was boolean := false;  -- attached already (with the same options: the same table_id)
 begin
     perform pgcdc._forget_dropped();
     if (select relkind from pg_class where oid = tbl) not in ('r', 'p') then
@@ -172,11 +181,24 @@ begin
                            'alter it to match (or land it elsewhere)';
             end if;
         end if;
+        if delta_partition_by is not null then
+            raise exception using errcode = 'PC006',
+                message = format('%s lands in fan-in %s, whose Delta table is partitioned by its shard', tbl, into_table),
+                hint = 'leave out --delta-partition-by for a fan-in''s source';
+        end if;
     elsif exists (select 1 from pgcdc.attached a where a.into_table = tbl::text) then
         raise exception using errcode = 'PC006',
             message = format('%s is the name of a fan-in, whose sources land in a Delta table of that name', tbl),
             hint = format('land it in that fan-in (`pgcdc attach %s --into %s --shard N`) or detach the fan-in''s '
                           'sources first', tbl, tbl);
+    end if;
+
+    if delta_partition_by is not null and not exists (
+            select 1 from pg_attribute t where t.attrelid = tbl and t.attname = delta_partition_by
+               and t.attnum > 0 and not t.attisdropped) then
+        raise exception using errcode = 'PC006',
+            message = format('table %s has no column %s to partition its Delta table by', tbl, delta_partition_by),
+            hint = 'name one of its columns (`pgcdc attach TABLE --delta-partition-by COLUMN`)';
     end if;
 
     -- attached again with another key or predicate: the queued events of the old options must never
@@ -190,21 +212,26 @@ begin
     if v_id is not null then
         perform pgcdc._forget(v_id, null);
     end if;
-    select t.members into v_members from pgcdc.attached t where t.relid = tbl;
+    select t.members, t.delta_partition_by, true into v_members, v_layout, v_was
+      from pgcdc.attached t where t.relid = tbl;
 
     insert into pgcdc.attached as t (relid, table_name, key_columns, key_types, predicate, predicate_columns, shard,
-                                     key_attnums, into_table)
-    values (tbl, tbl::text, v_cols, v_types, v_predicate, v_pred_cols, shard, v_attnums, attach.into_table)
+                                     key_attnums, into_table, delta_partition_by)
+    values (tbl, tbl::text, v_cols, v_types, v_predicate, v_pred_cols, shard, v_attnums, attach.into_table,
+            attach.delta_partition_by)
     on conflict (relid) do update
         set key_columns = excluded.key_columns, key_types = excluded.key_types,
             predicate = excluded.predicate, predicate_columns = excluded.predicate_columns, shard = excluded.shard,
-            table_name = excluded.table_name,
+            table_name = excluded.table_name, delta_partition_by = excluded.delta_partition_by,
             key_attnums = excluded.key_attnums
     returning t.table_id into v_id;
     delete from pgcdc.forgotten f where f.table_name = tbl::text;
     delete from pgcdc.shard_gone g where g.into_table = attach.into_table and g.shard = attach.shard;
 
     perform pgcdc._generate_capture(v_id);
+    if v_was and v_layout is distinct from attach.delta_partition_by then
+        perform pgcdc._queue_copy(v_id);  -- every consumer writes its Delta table in the new layout
+    end if;
     if v_members is distinct from (select t.members from pgcdc.attached t where t.table_id = v_id)
        and v_members is not null then
         -- its partitions changed where no event trigger saw it: rows may have come or gone unseen

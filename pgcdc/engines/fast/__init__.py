@@ -58,7 +58,7 @@ def unfit(path: str, log: "LogState") -> str | None:
     if local_folder(path) is None:
         return "the table is not on the local file system"
     if log.metadata.get("partitionColumns"):
-        return "the table is partitioned (a fan-in's, by shard)"
+        return "the table is partitioned (a fan-in's by shard, or by attach --delta-partition-by)"
     if config.get("delta.enablechangedatafeed") == "true":
         return "the table has the change data feed on (delta.enableChangeDataFeed)"
     if config.get("delta.enablerowtracking") == "true" or "rowTracking" in features:
