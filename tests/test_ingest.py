@@ -244,10 +244,10 @@ def test_small_batches_give_the_same_result(db: psycopg.Connection, syncer) -> N
     assert (log / "00000000000000000013.json").exists() and not list(log.glob("*.checkpoint*.parquet"))
 
 
-def test_copy_partitions_all_read_the_exported_snapshot(db: psycopg.Connection, syncer, dsn: str) -> None:
+def test_copy_partitions_all_read_the_exported_snapshot(db: psycopg.Connection, syncer, dsn: str, pg_server) -> None:
     """The first sync reads its page ranges in one snapshot: were each range read in its own,
     an UPDATE between two reads could move a row into a range read later (copied twice) or
-    into one read earlier (missed)."""
+    into one read earlier (missed). Its connections leave no warning in the server's log."""
     from pgcdc.source import enrich
     from pgcdc.source.columns import table_columns
     from pgcdc.source.db import jdbc_options
@@ -256,6 +256,8 @@ def test_copy_partitions_all_read_the_exported_snapshot(db: psycopg.Connection, 
     db.execute("insert into t select i, 0 from generate_series(1, 5000) i")
     t = capture.attach(db, "t")
     relpages = db.execute("select pg_relation_size('t') / 8192").fetchone()[0]
+    server_log = pg_server.local.datadir / "server.log" if pg_server.local else None  # (not PGCDC_TEST_DSN's)
+    seen = server_log.stat().st_size if server_log else 0
     with _writer(dsn) as exporter:
         exporter.execute("begin isolation level repeatable read read only")
         snapshot = exporter.execute("select pg_export_snapshot()").fetchone()[0]
@@ -267,6 +269,11 @@ def test_copy_partitions_all_read_the_exported_snapshot(db: psycopg.Connection, 
         exporter.execute("commit")
     assert len(rows) == 5000 and len({r.id for r in rows}) == 5000  # each row once, as of the snapshot
     assert {r.v for r in rows} == {0} and max(r.id for r in rows) == 5000
+    if server_log is not None:
+        with server_log.open("rb") as f:
+            f.seek(seen)
+            said = f.read().decode(errors="replace")
+        assert "already a transaction in progress" not in said, said[-500:]
 
 
 def test_equal_keys_in_different_text_forms_merge_as_one(db: psycopg.Connection, syncer) -> None:

@@ -199,8 +199,11 @@ def _read(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns
         if not re.fullmatch(r"[0-9A-F-]+", snapshot):
             raise ValueError(f"not a snapshot id: {snapshot!r}")
         # (no idle_in_transaction_session_timeout may end the exporting transaction's snapshot
-        # while Spark copies: the exporting session sets it off too, see sync/copies.py)
-        init = ["BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", f"SET TRANSACTION SNAPSHOT '{snapshot}'"]
+        # while Spark copies: the exporting session sets it off too, see sync/copies.py). The
+        # driver has begun the transaction already (Spark's PostgreSQL dialect turns autocommit
+        # off to fetch in batches), so this sets its isolation: a BEGIN here would leave a
+        # "there is already a transaction in progress" warning in the server's log per connection
+        init = ["SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY", f"SET TRANSACTION SNAPSHOT '{snapshot}'"]
     url, props = _props(jdbc, *init)
     frames = [spark.read.jdbc(url, f"({q}) pgcdc_q", properties=props) for q in queries]
     df = frames[0]
