@@ -15,14 +15,15 @@ begin
 end
 $slot$;
 
--- schema v7 added pgcdc.attached_schema: readers read it (`pgcdc status`), admins keep all rights
+-- schema v7 added pgcdc.attached_schema (`pgcdc status`), v10 pgcdc.shard_gone (fan-ins' departed
+-- sources, which runs read): readers read them, as pgcdc.grant grants; admins keep all rights
 do $schemas$
 declare
     g record;
 begin
     for g in select to_regrole(role_name) as r, kind from pgcdc.grantee where to_regrole(role_name) is not null loop
-        execute format(case g.kind when 'reader' then 'grant select on pgcdc.attached_schema to %s'
-                                   else 'grant all on pgcdc.attached_schema to %s' end, g.r);
+        execute format(case g.kind when 'reader' then 'grant select on pgcdc.attached_schema, pgcdc.shard_gone to %s'
+                                   else 'grant all on pgcdc.attached_schema, pgcdc.shard_gone to %s' end, g.r);
     end loop;
 end
 $schemas$;
@@ -78,16 +79,3 @@ begin
     end loop;
 end
 $predicates$;
-
--- schema v10 added fan-ins' departed sources (pgcdc.shard_gone): readers may read it, as
--- pgcdc.grant grants; admins keep all rights
-do $gone$
-declare
-    g record;
-begin
-    for g in select to_regrole(role_name) as r, kind from pgcdc.grantee where to_regrole(role_name) is not null loop
-        execute format(case g.kind when 'reader' then 'grant select on pgcdc.shard_gone to %s'
-                                   else 'grant all on pgcdc.shard_gone to %s' end, g.r);
-    end loop;
-end
-$gone$;

@@ -46,13 +46,6 @@ def add_column(schema: "StructType") -> "StructType":
     return StructType([*schema.fields, StructField(SHARD, IntegerType(), False)])
 
 
-def source_part(schema: "StructType") -> "StructType":
-    """A fan-in Delta table's schema without its shard column."""
-    from pyspark.sql.types import StructType
-
-    return StructType([f for f in schema.fields if f.name != SHARD])
-
-
 def change(delta: "StructType", source: "StructType", copied: str, now: str) -> str | None:
     """How a fan-in source's columns (`source`, as the sync reads them) changed since its rows
     were copied, or None. The Delta table's columns are the union of its sources', so a column

@@ -241,45 +241,50 @@ def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: Consum
     columns, without the JDBC reader's field metadata, and that partitioning; Delta then
     makes every column nullable (it cannot set NOT NULL again). A column renamed to a name
     that needs column mapping turns it on first."""
-    from pyspark.sql import functions as F
-
     log = tablelog.read_state(spark, path, need_txns=False)
     if state.shard is not None:
-        return _replace_shard(spark, path, rows, state, log.schema())
+        return _replace_shard(spark, path, rows, state, state.shard, log)
     writer = rows.write.format("delta").mode("overwrite")
     have = list(log.metadata.get("partitionColumns") or [])
     want = have if partition_by is None else partition_by
     if schema_change(log.schema(), rows.schema) is not None or want != have:
-        if needs_column_mapping(rows.schema) and log.configuration.get("delta.columnMapping.mode", "none") == "none":
-            props = ", ".join(f"'{k}' = '{v}'" for k, v in _COLUMN_MAPPING.items())
-            spark.sql(f"alter table delta.{spark_ident(path)} set tblproperties ({props})")
-        # (coalesce of one column: the value unchanged, the JDBC reader's field metadata gone)
-        plain = rows.select(*[F.coalesce(F.col(spark_ident(c))).alias(c) for c in rows.columns])
-        writer = plain.write.format("delta").mode("overwrite").option("overwriteSchema", "true").partitionBy(*want)
+        _map_columns_if_needed(spark, path, log, rows.schema)
+        writer = _plain(rows).write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
+            .partitionBy(*want)
     with state_commit(spark, state):
         writer.save(path)
     return last_commit(spark, path, state)
 
 
-def _replace_shard(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState,
-                   schema: "StructType") -> Written:
+def _replace_shard(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState, shard: int,
+                   log: "tablelog.LogState") -> Written:
     """Replace one fan-in source's rows (its shard's partition) in one commit carrying its state,
     leaving the other sources' files as they are. A column the Delta table lacks is added
     (nullable: the other sources' rows hold null there); a column the source lacks is null in
     its rows; a column of another type is refused (shards.check_fits)."""
-    from pyspark.sql import functions as F
-
+    schema = log.schema()
     shards.check_fits(path, state.table, schema, rows.schema)
-    plain = rows.select(*[F.coalesce(F.col(spark_ident(c))).alias(c) for c in rows.columns])  # (no field metadata)
-    writer = (shards.with_shard(plain, state.shard or 0).write.format("delta").mode("overwrite")
-              .option("replaceWhere", shards.where(state.shard or 0)))
+    writer = (shards.with_shard(_plain(rows), shard).write.format("delta").mode("overwrite")
+              .option("replaceWhere", shards.where(shard)))
     if {f.name for f in rows.schema.fields} - {f.name for f in schema.fields}:
-        if needs_column_mapping(rows.schema) and \
-                tablelog.read_state(spark, path, need_txns=False).configuration.get("delta.columnMapping.mode",
-                                                                                     "none") == "none":
-            props = ", ".join(f"'{k}' = '{v}'" for k, v in _COLUMN_MAPPING.items())
-            spark.sql(f"alter table delta.{spark_ident(path)} set tblproperties ({props})")
+        _map_columns_if_needed(spark, path, log, rows.schema)
         writer = writer.option("mergeSchema", "true")
     with state_commit(spark, state):
         writer.save(path)
     return last_commit(spark, path, state)
+
+
+def _plain(rows: "DataFrame") -> "DataFrame":
+    """`rows` without the JDBC reader's field metadata (coalesce of one column: the value unchanged),
+    for a write that sets the table's schema."""
+    from pyspark.sql import functions as F
+
+    return rows.select(*[F.coalesce(F.col(spark_ident(c))).alias(c) for c in rows.columns])
+
+
+def _map_columns_if_needed(spark: "SparkSession", path: str, log: "tablelog.LogState", schema: "StructType") -> None:
+    """Turn column mapping on (before a write that sets the table's schema) if a column name of
+    `schema` needs it and the table (as `log` has it) does not have it yet."""
+    if needs_column_mapping(schema) and log.configuration.get("delta.columnMapping.mode", "none") == "none":
+        props = ", ".join(f"'{k}' = '{v}'" for k, v in _COLUMN_MAPPING.items())
+        spark.sql(f"alter table delta.{spark_ident(path)} set tblproperties ({props})")

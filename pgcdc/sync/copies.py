@@ -81,6 +81,7 @@ def copy_table(job: "Job", primary: psycopg.Connection, reader: psycopg.Connecti
                                   f"{registered} after 60 s); check its replication and run again") from None
             time.sleep(0.25)
 
+
 def _copy(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], identity: str,
           t: AttachedTable, columns: list[Column], path: str, report: TableReport, last_batch: int,
           registered: int, engine: Engine | None) -> ConsumerState:
@@ -116,6 +117,7 @@ def _copy(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, j
     job.committed(primary, path, state, written, copied=True)
     report.copied = written.upserted
     return state
+
 
 def resync_table(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
                  identity: str, t: AttachedTable) -> TableReport:

@@ -47,9 +47,6 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 
-_NO_STATE = ConsumerState("", "", 0, "", 0)  # (a table's state before its first sync: no columns known)
-
-
 class ColumnsChanged(Exception):
     """A batch read found the table's columns changed since its run checked them."""
 
@@ -126,14 +123,15 @@ class Job:
         choice = self.chooser.choose(path)
         self.routine(f"{t.name}: {choice.line()}")
         now = fingerprint(t.name, t.key_columns, columns)
-        copied = (read_state_file(self.spark, path, key) or _NO_STATE).columns if fan_in else ""
+        quick = read_state_file(self.spark, path, key)
+        copied = quick.columns if fan_in and quick is not None else ""  # (what its rows were copied with)
         why = copy_reason(primary, self.spark, s, t, path, source, copied, now)
         if why is not None:
             self.say(f"{t.name}: {why}: copying the table again")
             copies.copy_table(self, primary, reader, jdbc, identity, t, columns, path, report,
-                            committed_batch(self.spark, path, key) or 0, choice.engine)
+                              committed_batch(self.spark, path, key) or 0, choice.engine)
+            quick = read_state_file(self.spark, path, key)
         mirror = mirrored(primary, s.consumer, [t.table_id]).get(t.table_id)
-        quick = read_state_file(self.spark, path, key)
         if quick is not None:
             quick = with_mirror(quick, mirror)
             batch = self.plan(reader, quick)
@@ -166,8 +164,8 @@ class Job:
             step = next_step(batch, size.rows, s.ingest.recopy_fraction)
             if step.kind == "copy":
                 self.say(f"{t.name}: batch holds {step.why}: copying the table instead of applying the batch")
-                state = copies.copy_table(self, primary, reader, jdbc, identity, t, columns, path, report, state.batch,
-                                        choice.engine)
+                state = copies.copy_table(self, primary, reader, jdbc, identity, t, columns, path, report,
+                                          state.batch, choice.engine)
                 report.events += batch.events
                 report.batches += 1
             elif step.kind == "pass":
@@ -183,8 +181,8 @@ class Job:
                     self.say(f"{t.name}: its columns changed while this run read it ({changed}): copying the "
                              "table again")
                     columns = table_columns(reader, t.name)
-                    state = copies.copy_table(self, primary, reader, jdbc, identity, t, columns, path, report, state.batch,
-                                        choice.engine)
+                    state = copies.copy_table(self, primary, reader, jdbc, identity, t, columns, path, report,
+                                              state.batch, choice.engine)
                     report.events += batch.events
                     report.batches += 1
             if batch.next_txid is None or batch.next_txid >= self.horizon(start):  # (None: caught up)

@@ -270,7 +270,7 @@ def _rows_step(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTab
         return (f"{t.name} was detached and attached again since {path} was synced (changes in between were not "
                 f"captured): run `pgcdc resync {t.name}`")
     others = tablelog.writes_since(spark, path, app_id(state.key),
-                                   siblings=app_id(state_key(consumer, 0))[:-1] if t.into is not None else "")
+                                   siblings=app_id(consumer) + "@" if t.into is not None else "")  # (state_key's)
     if others:
         return f"another writer changed {path} after pgcdc's last commit ({', '.join(others[:3])}): {again}"
     if found.duplicates:
