@@ -26,6 +26,7 @@ FORMATS = ("text", "json")
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _ROOT = logging.getLogger("pgcdc")
 _secrets: set[str] = set()
+_format = {"fmt": "text"}  # the format `setup` chose last
 
 
 def fields(**values: Any) -> dict[str, Any]:
@@ -88,6 +89,7 @@ def setup(level: str | None = None, fmt: str | None = None) -> None:
         raise ConfigError(f"log level {level!r} is not one of {', '.join(LEVELS)} (--log-level, PGCDC_LOG_LEVEL)")
     if fmt not in FORMATS:
         raise ConfigError(f"log format {fmt!r} is not one of {', '.join(FORMATS)} (--log-format, PGCDC_LOG_FORMAT)")
+    _format["fmt"] = fmt
     handler = _Stderr()
     handler.setFormatter(_JsonFormatter() if fmt == "json" else
                          logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%Y-%m-%d %H:%M:%S"))
@@ -97,6 +99,11 @@ def setup(level: str | None = None, fmt: str | None = None) -> None:
     _ROOT.addHandler(handler)
     _ROOT.setLevel(level)
     _ROOT.propagate = False
+
+
+def on_terminal() -> bool:
+    """Whether the log is text going to a terminal (a person watches: progress shows as a bar)."""
+    return _format["fmt"] == "text" and sys.stderr.isatty()
 
 
 def redact(settings: "Settings") -> None:

@@ -124,6 +124,29 @@ class IngestSettings(BaseModel):
     )
 
 
+class CopySettings(BaseModel):
+    """How a table is copied whole (first sync, resync, a copy a run decides on): in chunks by key."""
+
+    model_config = {"extra": "forbid"}
+
+    chunk_rows: int = Field(
+        default=1_000_000, gt=0,
+        description="rows per chunk of a copy: each chunk is read in a snapshot of its own and lands in one "
+        "Delta commit carrying the copy's progress, so the longest snapshot a copy holds is one chunk's and a "
+        "killed copy resumes from its last chunk",
+    )
+    chunk_mb: int = Field(
+        default=256, gt=0,
+        description="at most about this many MiB of the table (pg_table_size per row) per chunk: wide rows make "
+        "smaller chunks",
+    )
+    max_rows_per_second: int = Field(
+        default=0, ge=0,
+        description="a copy waits between chunks to read no more than this many rows a second on average "
+        "(gentle on a busy source); 0 = as fast as it goes",
+    )
+
+
 class SparkSettings(BaseModel):
     """The Spark session pgcdc builds for `pgcdc ingest` (spark-submit brings its own master)."""
 
@@ -146,6 +169,7 @@ class Settings(BaseSettings):
         "empty means every attached table"
     )
     ingest: IngestSettings = Field(default_factory=IngestSettings)
+    copies: CopySettings = Field(default_factory=CopySettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
 
     @field_validator("consumer")

@@ -58,6 +58,30 @@ class TxidSet:
 
 
 @dataclass(frozen=True)
+class CopyProgress:
+    """A copy in chunks that has not ended (sync/chunked.py): where its next chunk starts (`after`:
+    the JSON of the first key not copied yet, null before the first chunk), how far it got,
+    the rows the table was estimated to hold (0: unknown) and when it began (epoch seconds)."""
+
+    after: str | None
+    chunks: int = 0
+    rows: int = 0
+    total: int = 0
+    started: float = 0.0
+
+    def encode(self) -> dict[str, object]:
+        return {"after": self.after, "chunks": self.chunks, "rows": self.rows, "total": self.total,
+                "started": self.started}
+
+    @classmethod
+    def decode(cls, d: dict[str, object] | None) -> "CopyProgress | None":
+        if d is None:
+            return None
+        return cls(None if d.get("after") is None else str(d["after"]), int(str(d.get("chunks", 0))),
+                   int(str(d.get("rows", 0))), int(str(d.get("total", 0))), float(str(d.get("started", 0.0))))
+
+
+@dataclass(frozen=True)
 class ConsumerState:
     """The state of one consumer for one table, as committed with batch number `batch`."""
 
@@ -71,6 +95,7 @@ class ConsumerState:
     run_id: str = ""
     columns: str = ""  # the fingerprint of the source columns its Delta table was last checked against ("": unknown)
     shard: int | None = None  # a fan-in source's shard: its rows in the Delta table, and its state there
+    copy: CopyProgress | None = None  # a copy in chunks under way: no batch applies before it ends
 
     @property
     def key(self) -> str:
@@ -87,6 +112,11 @@ class ConsumerState:
             ooo = ooo.at_or_above(wm)
         return replace(self, watermark=wm, out_of_order=ooo, batch=self.batch + 1, run_id=uuid.uuid4().hex)
 
+    def chunk(self, copy: CopyProgress | None) -> "ConsumerState":
+        """The state committed with one more chunk of a copy (`copy`: its progress, None once the
+        last chunk is in): the same watermark, the next batch number."""
+        return replace(self, batch=self.batch + 1, run_id=uuid.uuid4().hex, copy=copy)
+
     def passed(self, watermark: int, applied_above: "TxidSet | None" = None) -> "ConsumerState":
         """The state once a batch without events is passed (nothing committed to Delta): the same
         batch number and run; only the watermark may move up."""
@@ -97,7 +127,8 @@ class ConsumerState:
         return json.dumps({"pgcdc_state": STATE_FORMAT, "consumer": self.consumer, "table": self.table,
                            "table_id": self.table_id, "system_id": self.system_id, "watermark": self.watermark,
                            "out_of_order": self.out_of_order.encode(), "batch": self.batch, "run_id": self.run_id,
-                           "columns": self.columns, **({} if self.shard is None else {"shard": self.shard})},
+                           "columns": self.columns, **({} if self.shard is None else {"shard": self.shard}),
+                           **({} if self.copy is None else {"copy": self.copy.encode()})},
                           sort_keys=True)
 
     @classmethod
@@ -112,7 +143,7 @@ class ConsumerState:
         return cls(consumer=d["consumer"], table=d["table"], table_id=int(d["table_id"]), system_id=d["system_id"],
                    watermark=int(d["watermark"]), out_of_order=TxidSet.decode(d["out_of_order"]),
                    batch=int(d["batch"]), run_id=d.get("run_id", ""), columns=d.get("columns", ""),
-                   shard=None if d.get("shard") is None else int(d["shard"]))
+                   shard=None if d.get("shard") is None else int(d["shard"]), copy=CopyProgress.decode(d.get("copy")))
 
 
 def state_key(consumer: str, shard: int | None) -> str:

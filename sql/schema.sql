@@ -228,3 +228,8 @@ create table if not exists pgcdc.attached_schema (
     refused     oid[] not null default '{}',
     attached_at timestamptz not null default now()
 );
+
+-- A copy in chunks under way (sync/chunked.py): the progress its last chunk committed, as JSON
+-- {"chunks", "rows", "total" (estimated; 0: unknown), "started" (epoch seconds)}, for `pgcdc
+-- status`; null: no copy under way.
+alter table pgcdc.consumer_state add column if not exists copy_progress jsonb;

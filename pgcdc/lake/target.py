@@ -274,6 +274,22 @@ def _replace_shard(spark: "SparkSession", path: str, rows: "DataFrame", state: C
     return last_commit(spark, path, state)
 
 
+def replace_rows(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState, where: str | None) -> Written:
+    """Replace the table's rows matching `where` (a chunk's key range, sync/chunked.py; None: every
+    row), a fan-in source's within its shard, by `rows` in one commit carrying the state, with
+    Delta's public replaceWhere: every other row stays readable. The columns stay the table's
+    (a copy that changes them is one `overwrite`); Delta refuses a row outside `where`."""
+    if state.shard is not None:
+        rows = shards.with_shard(_plain(rows), state.shard)
+        where = shards.where(state.shard) + (f" and ({where})" if where else "")
+    writer = rows.write.format("delta").mode("overwrite")
+    if where:
+        writer = writer.option("replaceWhere", where)
+    with state_commit(spark, state):
+        writer.save(path)
+    return last_commit(spark, path, state)
+
+
 def _plain(rows: "DataFrame") -> "DataFrame":
     """`rows` without the JDBC reader's field metadata (coalesce of one column: the value unchanged),
     for a write that sets the table's schema."""

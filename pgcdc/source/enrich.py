@@ -41,7 +41,7 @@ def _row_key(alias: str, keys: list[str]) -> str:
     return refs[0] if len(refs) == 1 else f"row({', '.join(refs)})"
 
 
-def _select_list(columns: list[Column], alias: str, t: AttachedTable) -> str:
+def select_list(columns: list[Column], alias: str, t: AttachedTable) -> str:
     """Every column (of table alias `alias`) in its travelling form; key columns in the key form."""
     row = _row_key(alias, t.key_columns)
     return ", ".join(f"{c.select(alias + '.' + _ident(c.name), c.name in t.key_columns, t.name, row)} "
@@ -90,7 +90,7 @@ def batch_query(t: AttachedTable, columns: list[Column], batch: Batch) -> str:
     keys = ", ".join(f"{c.select('k.' + _ident(c.name), True, t.name, row)} as {_ident(KEY_PREFIX + c.name)}"
                      for c in columns if c.name in t.key_columns)
     join = " and ".join(f"t.{r} = k.{r}" for r in (_ident(k) for k in t.key_columns))
-    return (f"select {keys}, {_select_list(columns, 't', t)} "
+    return (f"select {keys}, {select_list(columns, 't', t)} "
             f"from {_batch_keys(t, batch)} left join {_source(t)} t on {join}")
 
 
@@ -174,7 +174,7 @@ def copy_query(t: AttachedTable, columns: list[Column], lo_page: int, hi_page: i
         where.append(f"src.ctid < '({int(hi_page)},0)'::tid")
     if t.predicate:
         where.append(f"({t.predicate})")
-    return f"select {_select_list(columns, 'src', t)} from {t.name} src where {' and '.join(where)}"
+    return f"select {select_list(columns, 'src', t)} from {t.name} src where {' and '.join(where)}"
 
 
 def _props(jdbc: dict[str, str], *init: str) -> tuple[str, dict[str, str]]:
@@ -186,7 +186,7 @@ def _props(jdbc: dict[str, str], *init: str) -> tuple[str, dict[str, str]]:
     return props.pop("url"), props
 
 
-def _read(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column], queries: list[str],
+def read_queries(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column], queries: list[str],
           snapshot: str | None = None) -> "DataFrame":
     """Union of one single-partition JDBC read per query: each query is read by its own task,
     with its own connection. Used for copies, whose page-range filter (ctid) has to sit
@@ -301,7 +301,7 @@ def fetch_rows(conn: psycopg.Connection, t: AttachedTable, columns: list[Column]
     else:
         where = (text(f"({', '.join('t.' + r for r in refs)}) in (select {typed} from unnest(") + unnest
                  + text(f") k({', '.join(refs)}))"))
-    query = text(f"select {_select_list(columns, 't', t)} from {_source(t)} t where ") + where
+    query = text(f"select {select_list(columns, 't', t)} from {_source(t)} t where ") + where
     try:
         return conn.execute(query, [keys.column(k).cast("string").to_pylist() for k in t.key_columns]).fetchall()
     except psycopg.DataError:
@@ -364,10 +364,11 @@ def read_table(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, co
     snapshot every row is read exactly once. The last range is open-ended.
     """
     step = max(1, -(-max(relpages, 1) // partitions))
-    return _read(spark, jdbc, t, columns, [copy_query(t, columns, p * step, (p + 1) * step if p + 1 < partitions else None)
-                                           for p in range(partitions)], snapshot)
+    return read_queries(spark, jdbc, t, columns, [copy_query(t, columns, p * step, (p + 1) * step if p + 1 < partitions
+                                                             else None) for p in range(partitions)], snapshot)
 
 
 def schema_of(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column]) -> "StructType":
     """The table's Spark schema as the sync reads it (to create the Delta table)."""
-    return _read(spark, jdbc, t, columns, [f"select {_select_list(columns, 'src', t)} from {t.name} src where false"]).schema
+    query = f"select {select_list(columns, 'src', t)} from {t.name} src where false"
+    return read_queries(spark, jdbc, t, columns, [query]).schema

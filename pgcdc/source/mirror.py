@@ -7,6 +7,7 @@ The truth is the state in the Delta commit (`pgcdc.lake.state`); this is its cop
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,14 +21,18 @@ if TYPE_CHECKING:
 
 def mirror_state(conn: "psycopg.Connection", state: ConsumerState, target: str, copied: bool = False) -> None:
     """Copy the state into PostgreSQL (pgcdc.consumer_state) for status and queue retention.
-    `copied`: the state of a whole-table copy, which ends a resync the retention limit asked for."""
+    `copied`: the state of a whole-table copy (or a chunked copy's first chunk), which ends a
+    resync the retention limit asked for; a chunked copy's progress goes along (copy_progress)."""
+    progress = None if state.copy is None else json.dumps(state.copy.encode())
     conn.execute(
-        "insert into pgcdc.consumer_state (consumer, table_id, target, watermark, out_of_order, batch, updated_at) "
-        "values (%s, %s, %s, %s::text::xid8, %s, %s, now()) on conflict (consumer, table_id) do update set "
-        "target = excluded.target, watermark = excluded.watermark, "
-        "out_of_order = excluded.out_of_order, batch = excluded.batch, updated_at = now()"
+        "insert into pgcdc.consumer_state (consumer, table_id, target, watermark, out_of_order, batch, updated_at, "
+        "copy_progress) values (%s, %s, %s, %s::text::xid8, %s, %s, now(), %s::jsonb) "
+        "on conflict (consumer, table_id) do update set "
+        "target = excluded.target, watermark = excluded.watermark, out_of_order = excluded.out_of_order, "
+        "batch = excluded.batch, updated_at = now(), copy_progress = excluded.copy_progress"
         + (", resync_reason = null, copy_from = null" if copied else ""),
-        (state.consumer, state.table_id, target, str(state.watermark), state.out_of_order.encode(), state.batch))
+        (state.consumer, state.table_id, target, str(state.watermark), state.out_of_order.encode(), state.batch,
+         progress))
 
 
 def mirror_states(conn: "psycopg.Connection", states: list[tuple[ConsumerState, str]]) -> None:

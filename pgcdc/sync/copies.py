@@ -2,9 +2,10 @@
 Delta table, and creating that Delta table: what `Job` (sync/ingest.py) does when a table is
 copied rather than applied batch by batch.
 
-All of a copy is read in one exported snapshot of the reader, whose txmin becomes the
-watermark; the copy replaces the Delta table's rows (a fan-in source's, its shard's) in one
-commit that carries the state.
+A copy goes in chunks (sync/chunked.py) unless plan.whole_copy_reason says why not; then all
+of it is read in one exported snapshot of the reader, whose txmin becomes the watermark, and it
+replaces the Delta table's rows (a fan-in source's, its shard's) in one commit that carries
+the state.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import psycopg
 from pgcdc import faults
 from pgcdc.engines import CopyWork, Engine
 from pgcdc.errors import TargetError
-from pgcdc.lake import target
+from pgcdc.lake import tablelog, target
 from pgcdc.lake.state import committed_batch
-from pgcdc.source import enrich, events, partitions
+from pgcdc.source import chunks, enrich, events, partitions
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.columns import Column, fingerprint
 from pgcdc.source.mirror import mark_committing, register_table
-from pgcdc.sync.plan import copy_on_driver, partition_columns
+from pgcdc.sync.chunked import chunk_rows, copy_in_chunks
+from pgcdc.sync.plan import copy_on_driver, partition_columns, whole_copy_reason
 from pgcdc.sync.report import TableReport
 from pgcdc.watermark import ConsumerState
 
@@ -62,12 +64,21 @@ def create_target(job: "Job", primary: psycopg.Connection, t: AttachedTable, pat
 def copy_table(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], identity: str,
                t: AttachedTable, columns: list[Column], path: str, report: TableReport,
                last_batch: int, engine: Engine | None = None) -> ConsumerState:
-    """Copy the whole table (first sync or resync), replacing the Delta table's contents;
-    a small one by `engine` itself where it can (plan.copy_on_driver, Engine.copy).
+    """Copy the whole table (first sync or resync), replacing the Delta table's contents: in
+    chunks where it can (sync/chunked.py; the state returned may still hold a copy under way if
+    the job was asked to stop), else in one snapshot, a small table by `engine` itself where it
+    can (plan.copy_on_driver, Engine.copy).
 
-    All JDBC partitions read in one exported snapshot, whose txmin becomes the
-    watermark: changes the snapshot does not show are in the queue above it, which keeps
+    In one snapshot, all JDBC partitions read in one exported snapshot, whose txmin becomes
+    the watermark: changes the snapshot does not show are in the queue above it, which keeps
     them from the registration on."""
+    size = partitions.size(reader, t.name)
+    key, uncut = chunks.cut_key(reader, t, columns)
+    log = tablelog.read_state(job.spark, path, need_txns=False)
+    if whole_copy_reason(log, t, job.source_schema(jdbc, t, columns), size, chunk_rows(job.settings.copies, size),
+                         uncut) is None:
+        assert key is not None
+        return copy_in_chunks(job, primary, reader, jdbc, identity, t, columns, path, report, key, None, last_batch)
     registered = register_table(primary, job.settings.consumer, t.table_id, path)
     deadline = time.monotonic() + 60
     while True:
@@ -119,17 +130,26 @@ def _copy(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, j
     return state
 
 
+def resume_copy(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
+                identity: str, t: AttachedTable, columns: list[Column], path: str, report: TableReport,
+                state: ConsumerState, engine: Engine | None = None) -> ConsumerState:
+    """Go on with the chunked copy `state` holds, after its last committed chunk; one whose key
+    can no longer be cut (its index dropped, say) is copied again in one snapshot."""
+    key, uncut = chunks.cut_key(reader, t, columns)
+    if key is None:
+        job.say(f"{t.name}: its copy under way cannot go on in chunks ({uncut}): copying it again in one snapshot")
+        return copy_table(job, primary, reader, jdbc, identity, t, columns, path, report, state.batch, engine)
+    return copy_in_chunks(job, primary, reader, jdbc, identity, t, columns, path, report, key, state, state.batch)
+
+
 def resync_table(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
                  identity: str, t: AttachedTable) -> TableReport:
     """Copy one table again from scratch (runs.resync_tables goes over the tables)."""
     s = job.settings
     path, recorded, report, columns = job.open_table(primary, reader, t)
-    last, engine = 0, None
-    if t.into is not None:  # (its copy replaces its shard's rows in the table)
-        create_target(job, primary, t, path, job.source_schema(jdbc, t, columns))
-    if target.is_delta(job.spark, path):
-        target.check_owner(job.spark, path, s.consumer, None if recorded else t.target_name, t.into is not None)
-        last = committed_batch(job.spark, path, job.key(t)) or 0
-        engine = job.chooser.choose(path).engine
+    create_target(job, primary, t, path, job.source_schema(jdbc, t, columns))
+    target.check_owner(job.spark, path, s.consumer, None if recorded else t.target_name, t.into is not None)
+    last = committed_batch(job.spark, path, job.key(t)) or 0
+    engine = job.chooser.choose(path).engine
     state = copy_table(job, primary, reader, jdbc, identity, t, columns, path, report, last, engine)
     return job.finish(primary, reader, state, path, report, columns=fingerprint(t.name, t.key_columns, columns))

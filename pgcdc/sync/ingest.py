@@ -71,6 +71,7 @@ class Job:
         self.compactor = compact.Compactor(spark, settings.spark.conf)  # small files, beside the run
         self.connections = SourceConnections(settings.source, keep=following)  # a follower's: kept between runs
         self.chooser = Chooser(spark, settings.ingest.engine)  # refuses an engine this Delta build cannot run
+        self.on_copy: Callable[[str, float, float | None], None] | None = None  # (table, done 0-1, seconds left)
         self.lanes: list[Job] = []  # Jobs beside this one applying tables at once (runs.lane_jobs), kept
         storage.check_root(spark, settings.target.root)  # a remote root answers (reading only) before any table
 
@@ -132,7 +133,7 @@ class Job:
                               committed_batch(self.spark, path, key) or 0, choice.engine)
             quick = read_state_file(self.spark, path, key)
         mirror = mirrored(primary, s.consumer, [t.table_id]).get(t.table_id)
-        if quick is not None:
+        if quick is not None and quick.copy is None:
             quick = with_mirror(quick, mirror)
             batch = self.plan(reader, quick)
             if batch is None or batch.events == 0:
@@ -147,11 +148,15 @@ class Job:
             state = with_mirror(state, mirror)
         if state is None:
             state = copies.copy_table(self, primary, reader, jdbc, identity, t, columns, path, report, 0, choice.engine)
+        elif state.copy is not None:  # a copy in chunks that a kill or a stop left under way
+            check_state(primary, state, identity, t, path)
+            state = copies.resume_copy(self, primary, reader, jdbc, identity, t, columns, path, report, state,
+                                       choice.engine)
         check_state(primary, state, identity, t, path)
 
         start: events.Snapshot | None = None
         compacted_at = 0  # (report.batches when the table's small files were last looked at)
-        while True:
+        while state.copy is None:  # (a copy still under way: the job was asked to stop between its chunks)
             with reader.transaction():
                 reader.execute("set transaction isolation level repeatable read, read only")
                 snap = events.take_snapshot(reader)

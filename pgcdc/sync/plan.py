@@ -113,6 +113,29 @@ def columns_changed(spark: "SparkSession", settings: "Settings", t: "AttachedTab
     return changed
 
 
+def whole_copy_reason(log: "LogState", t: "AttachedTable", source: "StructType", size: "partitions.Size",
+                      rows_per_chunk: int, uncut: str) -> str | None:
+    """Why a copy reads the table in one snapshot (one commit) rather than in chunks
+    (sync/chunked.py), or None: its key cannot be cut (`uncut`, chunks.cut_key's reason), its
+    Delta table changes columns or partitioning (a chunk replaces rows, not the schema; a
+    fan-in's table may take new columns only in one write), or it holds no more than one chunk
+    (~`rows_per_chunk` rows; an unanalyzed table's rows guessed at 64 bytes each), which is one
+    snapshot anyway and may then be written by the driver (`copy_on_driver`)."""
+    if uncut:
+        return uncut
+    if t.into is None and layout_changed(log, t) is not None:
+        return "its Delta table takes another partitioning"
+    have = log.schema()
+    change = target.schema_change(have, source) if t.into is None else \
+        ", ".join(f.name for f in source.fields if f.name not in {h.name for h in have.fields})
+    if change:
+        return f"its Delta table's columns change ({change})"
+    rows = size.rows if size.rows >= 0 else size.bytes / 64
+    if rows <= rows_per_chunk:
+        return "one chunk holds it"
+    return None
+
+
 def copy_on_driver(table_bytes: int, engine: str) -> bool:
     """Whether a copy of a table of `table_bytes` (pg_table_size) is offered to the engine to
     write on the driver (Engine.copy; it may still leave it to Spark): a small table, whose
@@ -153,7 +176,8 @@ def idle_base(t: "AttachedTable", known: "ConsumerState", m: "Mirrored", columns
     Delta table was last checked against. The mirror may be ahead of the state file (earlier
     idle passes move it alone): it then holds the same batch, a watermark moved over txids the
     table had no events in, and that is the base."""
-    if known.columns != columns or known.table_id != t.table_id or known.system_id != identity:
+    if known.copy is not None or known.columns != columns or known.table_id != t.table_id or \
+            known.system_id != identity:
         return None
     if m.resync or not _agrees(known, m) or known.watermark > next_txid:
         return None

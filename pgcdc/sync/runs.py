@@ -264,7 +264,7 @@ def lane_jobs(job: Job, n: int) -> list[Job]:
         lane.known, lane.schemas = job.known, job.schemas
         job.lanes.append(lane)
     for lane in job.lanes[:n]:
-        lane.stopping, lane.interrupted = job.stopping, job.interrupted
+        lane.stopping, lane.interrupted, lane.on_copy = job.stopping, job.interrupted, job.on_copy
     return job.lanes[:n]
 
 

@@ -1,0 +1,146 @@
+"""A copy in chunks: the table read one key range at a time (pgcdc/source/chunks.py), each in a
+short snapshot of its own, every range replacing the same range of its Delta table in one
+commit that carries the copy's progress (ConsumerState.copy). A copy killed anywhere resumes
+after its last committed chunk; readers see every row throughout (a chunk replaces only its
+range). Which copies go in chunks is decided in sync/plan.py (`whole_copy_reason`).
+
+Why it is exact: the copy registers the table, then takes a first snapshot S0 whose txmin
+becomes the watermark, with the transactions S0 shows above it applied (as a copy in one
+snapshot does). Every chunk's snapshot comes after S0 and has reached that txmin, so it shows
+each change S0 shows. A change a chunk does not show was made by a transaction S0 did not show,
+at or above the txmin: it is in the queue, which batches apply once the copy has ended, each
+reading its key's current row again. The queue keeps those events from the registration on; a
+retention limit reached meanwhile (a resync asked for) starts the copy again.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from pgcdc import faults
+from pgcdc.errors import TargetError
+from pgcdc.lake import target
+from pgcdc.source import chunks, enrich, events, partitions
+from pgcdc.source.capture import AttachedTable
+from pgcdc.source.chunks import CutKey
+from pgcdc.source.columns import Column, fingerprint
+from pgcdc.source.mirror import mark_committing, register_table, resync_reason
+from pgcdc.sync.progress import Meter
+from pgcdc.sync.report import TableReport
+from pgcdc.watermark import ConsumerState, CopyProgress
+
+if TYPE_CHECKING:
+    from pgcdc.settings import CopySettings
+    from pgcdc.sync.ingest import Job
+
+
+def chunk_rows(copies: "CopySettings", size: partitions.Size) -> int:
+    """Rows per chunk: `copies.chunk_rows`, fewer for wide rows (at most ~`copies.chunk_mb` MiB of
+    the table a chunk)."""
+    if size.rows <= 0:
+        return copies.chunk_rows
+    row_bytes = max(1.0, size.bytes / size.rows)
+    return max(1, min(copies.chunk_rows, int(copies.chunk_mb * 1024 * 1024 / row_bytes)))
+
+
+def copy_in_chunks(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
+                   identity: str, t: AttachedTable, columns: list[Column], path: str, report: TableReport,
+                   key: CutKey, state: ConsumerState | None, last_batch: int) -> ConsumerState:
+    """Copy the table in chunks, from the start (`state` None or without a copy under way) or
+    from where `state`'s copy got to. Returns the state after the last chunk, or the state of a
+    copy still under way if the job was asked to stop between chunks."""
+    s = job.settings
+    size = partitions.size(reader, t.name)
+    rows = chunk_rows(s.copies, size)
+    if state is None or state.copy is None:
+        state, first = _begin(job, primary, reader, identity, t, columns, path, last_batch, size), True
+    else:  # (resumed)
+        first = False
+        done = f"{state.copy.rows / state.copy.total:.0%}" if state.copy.total else f"{state.copy.rows} rows"
+        job.say(f"{t.name}: resuming its copy at {done}, chunk {state.copy.chunks + 1}"
+                + (f" of ~{max(state.copy.chunks + 1, -(-state.copy.total // rows))}" if state.copy.total else ""),
+                record="copy_resume", table=t.name, chunk=state.copy.chunks + 1, rows=state.copy.rows,
+                total=state.copy.total)
+    assert state.copy is not None
+    meter = Meter(job, t.name, state.copy, rows)
+    parts = max(1, min(s.ingest.jdbc_partitions, job.spark.sparkContext.defaultParallelism))
+    began, read = time.monotonic(), 0
+    try:
+        while True:
+            if not first and resync_reason(primary, s.consumer, t.table_id) is not None:
+                # (the queue may have dropped events this copy relies on: it starts again)
+                job.say(f"{t.name}: consumer {s.consumer} fell past the retention limit during the copy: copying "
+                        "it again from the start")
+                state, first = _begin(job, primary, reader, identity, t, columns, path, state.batch, size), True
+                assert state.copy is not None
+                meter = Meter(job, t.name, state.copy, rows)
+            state, n = _chunk(job, primary, reader, jdbc, t, columns, path, key, state, rows, parts, first)
+            first, read = False, read + n
+            meter.chunk(state.copy, n)
+            if state.copy is None or job.stopping():
+                break
+            _throttle(s.copies.max_rows_per_second, read, time.monotonic() - began)
+    finally:
+        meter.close()
+    report.copied = (report.copied or 0) + read
+    return state
+
+
+def _begin(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, identity: str, t: AttachedTable,
+           columns: list[Column], path: str, last_batch: int, size: partitions.Size) -> ConsumerState:
+    """A new copy's starting state: registered, then its first snapshot's txmin as the watermark."""
+    s = job.settings
+    registered = register_table(primary, s.consumer, t.table_id, path)
+    deadline = time.monotonic() + 60
+    while True:
+        events.wait_for_txmin(reader, registered, s.source.reader_role)
+        with reader.transaction():
+            reader.execute("set transaction isolation level repeatable read, read only")
+            snap = events.take_snapshot(reader)
+            if snap.txmin >= registered:
+                applied = events.visible_at_or_above(reader, t.table_id, snap)
+                break
+        if time.monotonic() > deadline:  # (a standby's snapshot txmin can move back: copies.py)
+            raise TargetError(f"{s.source.reader_role} is behind the primary (its txmin {snap.txmin} < {registered} "
+                              "after 60 s); check its replication and run again")
+        time.sleep(0.25)
+    total = max(0, int(size.rows))
+    job.say(f"{t.name}: copying the table in chunks of {chunk_rows(s.copies, size)} rows"
+            + (f" (~{total} rows)" if total else ""), record="copy_start", table=t.name, total=total)
+    state = ConsumerState(s.consumer, t.name, t.table_id, identity, snap.txmin, batch=last_batch,
+                          columns=fingerprint(t.name, t.key_columns, columns), shard=t.fan_in_shard)
+    return replace(state.next(snap.txmin, applied), batch=last_batch,
+                   copy=CopyProgress(None, 0, 0, total, time.time()))
+
+
+def _chunk(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
+           t: AttachedTable, columns: list[Column], path: str, key: CutKey, state: ConsumerState, rows: int,
+           parts: int, first: bool) -> tuple[ConsumerState, int]:
+    """Read and commit the next chunk, in one snapshot of the reader held for this chunk only."""
+    assert state.copy is not None
+    events.wait_for_txmin(reader, state.watermark, job.settings.source.reader_role)
+    with reader.transaction():  # held open while Spark reads and writes the chunk: its shares share it
+        reader.execute("set transaction isolation level repeatable read, read only")
+        exported = reader.execute("select pg_export_snapshot()").fetchone()[0]
+        chunk = chunks.next_chunk(reader, t, key, chunks.decode(state.copy.after), rows, parts)
+        frame = enrich.read_queries(job.spark, jdbc, t, columns,
+                                    [chunks.range_query(t, columns, key, lo, hi) for lo, hi in chunk.ranges], exported)
+        progress = None if chunk.last else replace(state.copy, after=chunks.encode(chunk.hi),
+                                                  chunks=state.copy.chunks + 1, rows=state.copy.rows + chunk.rows)
+        new = state.chunk(progress)
+        mark_committing(primary, new, path)  # (after the snapshot the chunk reads)
+        faults.failpoint("before-chunk-commit")
+        written = target.replace_rows(job.spark, path, frame, new, chunks.delta_where(key, chunk.lo, chunk.hi))
+    job.committed(primary, path, new, written, copied=first)
+    faults.failpoint("after-chunk-commit")
+    return new, written.upserted
+
+
+def _throttle(max_rows_per_second: int, rows: int, seconds: float) -> None:
+    """Wait so that `rows` read in `seconds` stay within `max_rows_per_second` on average (0: no limit)."""
+    if max_rows_per_second > 0:
+        time.sleep(max(0.0, rows / max_rows_per_second - seconds))

@@ -1,0 +1,140 @@
+"""Copies in chunks: each chunk in a snapshot of its own and one Delta commit carrying the copy's
+progress; a copy stopped or failed anywhere resumes after its last chunk; readers never see a
+half table; writers go on meanwhile.
+
+The oracle: PostgreSQL read with psycopg, the Delta table read with the suite's Spark session."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import psycopg
+import pytest
+
+import pgcdc.faults
+from fixtures.ingest import Syncer
+from pgcdc.source import capture
+from pgcdc.sync.runs import resync
+from pgcdc.sync.status import status_data
+
+CHUNK = 300
+
+
+def _table(db: psycopg.Connection, name: str = "public.big", rows: int = 2000, key: str = "id bigint") -> None:
+    keyed = "gen_random_uuid()" if "uuid" in key else "'k' || lpad(i::text, 6, '0')" if "text" in key else "i * 3"
+    db.execute(f"create table {name} ({key} primary key, n int not null, pad text); insert into {name} "
+               f"select {keyed}, i, repeat('x', i % 50) from generate_series(1, {rows}) i; analyze {name}")
+    capture.attach(db, name)
+
+
+def _pg(db: psycopg.Connection, name: str = "public.big") -> set[tuple[Any, ...]]:
+    return {tuple(r) for r in db.execute(f"select id::text, n, pad from {name}").fetchall()}
+
+
+def _delta(syncer: Syncer, name: str = "public.big") -> set[tuple[Any, ...]]:
+    return {(str(r["id"]), r["n"], r["pad"]) for r in syncer.delta(name).collect()}
+
+
+class Stop(Exception):
+    pass
+
+
+def _at(monkeypatch: pytest.MonkeyPatch, act: Callable[[str, int], None]) -> None:
+    """Call act(failpoint, how many times that failpoint was passed before) at every failpoint."""
+    seen: dict[str, int] = {}
+
+    def failpoint(name: str) -> None:
+        n = seen.get(name, 0)
+        seen[name] = n + 1
+        act(name, n)
+    monkeypatch.setattr(pgcdc.faults, "failpoint", failpoint)
+
+
+def _state(syncer: Syncer, name: str = "public.big") -> dict[str, Any]:
+    return json.loads(Path(syncer.path(name), "_pgcdc", "test.json").read_text())
+
+
+def test_a_first_sync_killed_half_way_resumes_from_its_last_chunk_with_writers_on(
+        db: psycopg.Connection, syncer: Syncer, monkeypatch: pytest.MonkeyPatch) -> None:
+    _table(db)
+    writer = psycopg.connect(syncer.dsn, autocommit=True)
+
+    def act(name: str, n: int) -> None:
+        if name == "before-chunk-commit":
+            # writes all over the table while chunks are read: rows of copied ranges, of ranges to
+            # come, keys moved from one range to another, deletes and inserts
+            writer.execute(f"update public.big set n = n + 1000 where id % 7 = {n}")
+            writer.execute(f"update public.big set id = id + 6001 where id = {3 * (n * 150 + 1)}")
+            writer.execute(f"delete from public.big where id between {n * 400} and {n * 400 + 5}")
+            writer.execute(f"insert into public.big values ({10_000 + n}, {n}, 'new'), ({-n - 1}, {n}, 'low')")
+        if name == "after-chunk-commit" and n == 3:
+            raise Stop("killed after chunk 4")
+    _at(monkeypatch, act)
+    with pytest.raises(Exception, match="killed after chunk 4"):
+        syncer.run(copies={"chunk_rows": CHUNK})
+    state = _state(syncer)
+    assert state["copy"]["chunks"] == 4 and state["copy"]["rows"] == 4 * CHUNK, state
+    assert syncer.delta("public.big").count() > 0
+    syncer.lines.clear()
+    syncer.run(copies={"chunk_rows": CHUNK})
+    assert any("resuming its copy at" in line and "chunk 5" in line for line in syncer.lines), syncer.lines
+    assert any("copy done" in line for line in syncer.lines), syncer.lines
+    assert "copy" not in _state(syncer)
+    writer.close()
+    syncer.run()
+    assert _delta(syncer) == _pg(db)
+    # every chunk one commit carrying the copy's progress (and the table's creation)
+    history = syncer.spark.sql(f"describe history delta.`{syncer.path('public.big')}`").collect()
+    assert sum(1 for h in history if h.operation == "WRITE") >= 2000 // CHUNK
+
+
+def test_a_resync_never_shows_readers_fewer_rows_and_each_chunk_has_its_own_snapshot(
+        db: psycopg.Connection, syncer: Syncer, monkeypatch: pytest.MonkeyPatch) -> None:
+    _table(db)
+    syncer.run()
+    rows = len(_pg(db))
+    seen: list[int] = []
+    checker = psycopg.connect(syncer.dsn, autocommit=True)
+    began: list[Any] = []
+
+    def act(name: str, n: int) -> None:
+        if name == "before-chunk-commit":
+            # no session holds a snapshot from before this chunk's: the previous chunk's ended
+            now = checker.execute("select clock_timestamp()").fetchone()[0]
+            held = checker.execute(
+                "select min(xact_start) from pg_stat_activity where backend_xmin is not null "
+                "and pid <> pg_backend_pid() and datname = current_database()").fetchone()[0]
+            if began:
+                assert held is not None and held > began[-1], (held, began)
+            began.append(now)
+            seen.append(syncer.delta("public.big").count())
+    _at(monkeypatch, act)
+    resync(syncer.settings(copies={"chunk_rows": CHUNK}), ["public.big"], spark=syncer.spark, say=syncer.lines.append)
+    checker.close()
+    assert len(seen) >= 2000 // CHUNK and min(seen) >= rows, seen
+    assert _delta(syncer) == _pg(db)
+
+
+@pytest.mark.parametrize("key", ["id uuid", "id text collate \"C\""])
+def test_uuid_and_c_text_keys_are_copied_in_chunks(db: psycopg.Connection, syncer: Syncer, key: str) -> None:
+    _table(db, rows=1000, key=key)
+    syncer.run(copies={"chunk_rows": 200})
+    assert any("copying the table in chunks of 200 rows" in line for line in syncer.lines), syncer.lines
+    assert any("copy done: 1,000 rows in 5 chunks" in line for line in syncer.lines), syncer.lines
+    assert _delta(syncer) == _pg(db)
+
+
+def test_status_shows_a_copy_under_way(db: psycopg.Connection, syncer: Syncer, monkeypatch: pytest.MonkeyPatch) -> None:
+    _table(db)
+
+    def act(name: str, n: int) -> None:
+        if name == "after-chunk-commit" and n == 1:
+            raise Stop("stopped after chunk 2")
+    _at(monkeypatch, act)
+    with pytest.raises(Exception, match="stopped after chunk 2"):
+        syncer.run(copies={"chunk_rows": CHUNK})
+    data = status_data(db)
+    (mine,) = [c for c in data["synced"] if c["table"] == "public.big"]
+    assert mine["copy"]["rows"] == 2 * CHUNK and mine["copy"]["total"] == 2000, mine
