@@ -17,7 +17,7 @@ import pgcdc.faults
 from fixtures.ingest import Syncer
 from pgcdc.source import capture
 from pgcdc.sync.runs import resync
-from pgcdc.sync.status import status_data
+from pgcdc.sync.status import status_data, status_report
 
 CHUNK = 300
 
@@ -138,3 +138,11 @@ def test_status_shows_a_copy_under_way(db: psycopg.Connection, syncer: Syncer, m
     data = status_data(db)
     (mine,) = [c for c in data["synced"] if c["table"] == "public.big"]
     assert mine["copy"]["rows"] == 2 * CHUNK and mine["copy"]["total"] == 2000, mine
+    assert mine["state"] == "failed" and mine["copy"]["fraction"] == 0.3 and not data["healthy"], mine
+    assert any("copy of public.big stopped at 30% (chunk 2)" in p and "pgcdc ingest" in p for p in data["problems"])
+    text, healthy = status_report(db)
+    assert "failed (30%" in text and not healthy, text
+    syncer.run(copies={"chunk_rows": CHUNK})
+    data = status_data(db)
+    (mine,) = [c for c in data["synced"] if c["table"] == "public.big"]
+    assert mine["copy"] is None and mine["state"] == "synced" and data["healthy"], data

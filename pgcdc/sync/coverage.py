@@ -7,8 +7,10 @@ it takes in but never synced is named, not hidden behind another consumer's prog
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import psycopg
 
@@ -33,13 +35,14 @@ class TableState:
     delta_table: str | None = None
     error: str | None = None
     worker: str | None = None  # the worker applying it now (a lease of its, sql/functions/worker_lock.sql)
+    copy: dict[str, Any] | None = None  # a copy in chunks under way: copy_progress, with its rate and time left
 
 
-def _states(conn: psycopg.Connection) -> list[tuple[str, int, str, int, int, datetime, str, int, datetime | None]]:
+def _states(conn: psycopg.Connection) -> list[tuple[Any, ...]]:
     """Every mirrored (consumer, table) state with the events still pending above its watermark."""
     return conn.execute(
         "select s.consumer, s.table_id, format('%I.%I', n.nspname, c.relname), s.watermark::text::bigint, s.batch, "
-        "  s.updated_at, s.target, p.events, p.oldest "
+        "  s.updated_at, s.target, p.events, p.oldest, s.copy_progress "
         "from pgcdc.consumer_state s join pgcdc.attached a using (table_id) join pg_class c on c.oid = a.relid "
         "join pg_namespace n on n.oid = c.relnamespace "
         "left join lateral (select count(*) as events, min(q.at) as oldest from pgcdc.commit_queue q "
@@ -66,19 +69,38 @@ def table_states(conn: psycopg.Connection) -> list[TableState]:
             if row is None:
                 out.append(TableState(name, wanted[tid], COPYING if running else NEVER, worker=held.get(tid)))
                 continue
-            _, _, table, watermark, batch, at, target, events, oldest = row
+            _, _, table, watermark, batch, at, target, events, oldest, progress = row
             state = (COPYING if running else NEVER) if batch == 0 else FAILED if table in errors \
-                else LEFT_OUT if entries is not None and tid not in wanted else BEHIND if events else SYNCED
+                else LEFT_OUT if entries is not None and tid not in wanted else COPYING if progress \
+                else BEHIND if events else SYNCED
             out.append(TableState(name, table, state, int(events), oldest, watermark, batch, at, target,
-                                  errors.get(table), held.get(tid)))
+                                  errors.get(table), held.get(tid), _copy(progress)))
     return out
 
 
-def problems(states: list[TableState], recorded: dict[str, list[str] | None]) -> list[str]:
-    """The tables a consumer should sync and never did (the other states are named elsewhere:
-    a failed run, a table left out, changes pending too long)."""
+def _copy(progress: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A copy's committed progress with its average rate since it began and the time left at it."""
+    if not progress:
+        return None
+    rows, total = int(progress.get("rows", 0)), int(progress.get("total", 0))
+    seconds = max(0.0, time.time() - float(progress.get("started", 0.0)))
+    rate = rows / seconds if seconds > 0 else 0.0
+    return {"chunks": int(progress.get("chunks", 0)), "rows": rows, "total": total,
+            "fraction": round(min(1.0, rows / total), 4) if total else None, "rows_per_second": round(rate),
+            "eta_seconds": round(max(0.0, (total - rows) / rate)) if total and rate > 0 else None}
+
+
+def problems(states: list[TableState], recorded: dict[str, list[str] | None],
+             running: set[str] | None = None) -> list[str]:
+    """The tables a consumer should sync and never did, and copies under way that no run goes on
+    with (`running`: the consumers running now; the other states are named elsewhere: a failed
+    run, a table left out, changes pending too long)."""
     out = []
     for s in states:
+        if s.copy is not None and running is not None and s.consumer not in running:
+            at = f"{s.copy['fraction']:.0%}" if s.copy["fraction"] is not None else f"{s.copy['rows']} rows"
+            out.append(f"consumer {s.consumer}'s copy of {s.table} stopped at {at} (chunk {s.copy['chunks']}): "
+                       f"run `pgcdc ingest` for consumer {s.consumer} to resume it")
         if s.state == NEVER:
             entries = recorded.get(s.consumer)
             why = f"its `tables` ({', '.join(entries)}) take it in" if entries else "it syncs every attached table"

@@ -77,6 +77,8 @@ class Follower:
     def run(self) -> int:
         job = Job(self.settings, self.spark, following=True)
         job.stopping = self.stop
+        if self.metrics is not None:
+            job.on_copy = self.metrics.copy_progress
         job.interrupted = lambda: self.stop.at_once
         try:
             return self._follow(job)

@@ -1,7 +1,8 @@
 """The follower's Prometheus endpoint (`pgcdc ingest --follow --metrics-port PORT`).
 
 Per table (label `table`): lag (age of the oldest change not applied yet), pending events,
-batches, events, rows upserted/deleted, failures, and the time of the last successful sync;
+batches, events, rows upserted/deleted, failures, the time of the last successful sync, and a
+copy in chunks' progress and time left (updated after each chunk);
 for the follower: failed runs. A registry of its own, so nothing else leaks into it.
 """
 
@@ -34,6 +35,10 @@ class Metrics:
         self.failures = Counter("pgcdc_table_failures", "syncs of the table that failed", ["table"], registry=r)
         self.last_success = Gauge("pgcdc_last_success_timestamp_seconds", "when the table last synced without error",
                                   ["table"], registry=r)
+        self.copy_done = Gauge("pgcdc_copy_progress_ratio", "how far the table's copy in chunks is (0-1; 1: done)",
+                               ["table"], registry=r)
+        self.copy_eta = Gauge("pgcdc_copy_eta_seconds", "time left of the table's copy in chunks at its rate "
+                              "(-1: unknown)", ["table"], registry=r)
         self.run_failures = Counter("pgcdc_run_failures", "follower runs that failed as a whole (connection, ...)",
                                     registry=r)
 
@@ -57,6 +62,11 @@ class Metrics:
             self.last_success.labels(r.table).set(now.timestamp())
         for name in failed:
             self.failures.labels(name).inc()
+
+    def copy_progress(self, table: str, done: float, eta: float | None) -> None:
+        """After each chunk of a copy (Job.on_copy): while it runs, not only after the run."""
+        self.copy_done.labels(table).set(done)
+        self.copy_eta.labels(table).set(-1.0 if eta is None else eta)
 
     def run_failed(self) -> None:
         self.run_failures.inc()

@@ -11,6 +11,7 @@ import psycopg
 from pgcdc.lake import tablelog
 from pgcdc.source import capture, consumers, partitions, schemas
 from pgcdc.sync import coverage
+from pgcdc.sync.progress import duration
 
 LAGGING = timedelta(hours=1)  # a change older than this still pending deserves attention
 
@@ -175,7 +176,8 @@ def status_data(conn: psycopg.Connection, problems: list[str] | None = None) -> 
                             "`pgcdc ingest` copies the table again")
     states = coverage.table_states(conn)
     problems += _file_problems(states)
-    problems += coverage.problems(states, coverage.recorded_tables(conn))
+    running = {s.consumer for s in states if consumers.is_running(conn, s.consumer)}
+    problems += coverage.problems(states, coverage.recorded_tables(conn), running)
     covered = {s.table for s in states}
     never = [t.table_name for t in tables if t.consumers == 0 and t.table_name not in covered]
     if never:
@@ -199,9 +201,19 @@ def status_data(conn: psycopg.Connection, problems: list[str] | None = None) -> 
                     "pending_keys": t.pending_keys, "oldest_pending": t.oldest_pending} for t in tables],
         "synced": [{"consumer": s.consumer, "table": s.table, "state": s.state, "pending_events": s.pending_events,
                     "oldest_pending": s.oldest_pending, "watermark": s.watermark, "batch": s.batch,
-                    "last_sync": s.last_sync, "delta_table": s.delta_table, "error": s.error, "worker": s.worker}
+                    "last_sync": s.last_sync, "delta_table": s.delta_table, "error": s.error, "worker": s.worker,
+                    "copy": s.copy}
                    for s in states],
     }
+
+
+def _copying(copy: dict[str, Any] | None) -> str:
+    """A copy under way, in a few words: how far, and the time left at its rate."""
+    if copy is None:
+        return ""
+    at = f"{copy['fraction']:.0%}" if copy["fraction"] is not None else f"{copy['rows']:,} rows"
+    left = f", {duration(copy['eta_seconds'])} left" if copy["eta_seconds"] is not None else ""
+    return f" ({at}{left})"
 
 
 def status_report(conn: psycopg.Connection, problems: list[str] | None = None) -> tuple[str, bool]:
@@ -234,7 +246,8 @@ def status_report(conn: psycopg.Connection, problems: list[str] | None = None) -
         lines.append("")
         synced: list[tuple[str, ...]] = [("consumer", "table", "state", "pending", "oldest pending", "batch",
                                           "last sync", "worker", "delta table")]
-        synced += [(c["consumer"], c["table"], c["state"], str(c["pending_events"]), age(c["oldest_pending"]),
+        synced += [(c["consumer"], c["table"], c["state"] + _copying(c["copy"]), str(c["pending_events"]),
+                    age(c["oldest_pending"]),
                     "-" if c["batch"] is None else str(c["batch"]),
                     "-" if c["last_sync"] is None else age(c["last_sync"]) + " ago", c["worker"] or "-",
                     c["delta_table"] or "-")
