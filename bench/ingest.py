@@ -124,7 +124,7 @@ def main() -> None:
                  .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
 
             print(f"\n[0] first sync: copy {args.rows} rows, alternating with a plain copy", flush=True)
-            timed("first sync (pgcdc ingest: creates the table)", fast.run)
+            timed("first sync (pgcdc ingest: creates the table)", (lambda: run_job(fast)))
             first, plain = [], []
             for r in range(args.repeat):
                 pair = [(first, "first sync again (pgcdc resync)", lambda: resync_tables(fast, ["public.bench"])),
@@ -148,15 +148,15 @@ def main() -> None:
             contenders = [("floor", "floor: JDBC read of the same rows + Delta append",
                            lambda: jdbc_read(f"id % {every} = 0").write.format("delta").mode("append")
                            .save(str(work / "floor"))),
-                          ("fast", "pgcdc ingest, fast engine", fast.run),
-                          ("merge", "pgcdc ingest, merge engine", merge.run)]
+                          ("fast", "pgcdc ingest, fast engine", (lambda: run_job(fast))),
+                          ("merge", "pgcdc ingest, merge engine", (lambda: run_job(merge)))]
             for r in range(args.repeat):
                 for name, label, fn in contenders[r % 3:] + contenders[:r % 3]:
                     settle(change=name != "floor")
                     big[name].append(timed(label, fn))
             floor, big_fast, big_merge = big["floor"], big["fast"], big["merge"]
             settle(change=True)
-            big_recopy = timed("pgcdc ingest, the same changes again, by re-copying the table", recopy_always.run)
+            big_recopy = timed("pgcdc ingest, the same changes again, by re-copying the table", (lambda: run_job(recopy_always)))
 
             small: dict[str, dict[str, list[float]]] = {}
             for part, what, where in [
@@ -167,7 +167,7 @@ def main() -> None:
                 print(f"\n[{part}] {what}, {args.small_rounds} rounds of each", flush=True)
                 times: dict[str, list[float]] = {"fast": [], "merge": [], "recipe": []}
                 for r in range(-1, args.small_rounds):  # (round -1: untimed, each path's first use)
-                    for name, fn in (("fast", fast.run), ("merge", merge.run),
+                    for name, fn in (("fast", (lambda: run_job(fast))), ("merge", (lambda: run_job(merge))),
                                      ("recipe", lambda: recipe(where(r)))):
                         conn.execute(f"update bench set a = a + 1 where {where(r)}")
                         label = "public recipe: JDBC read + DeltaTable.merge" if name == "recipe" else \
@@ -222,7 +222,7 @@ def s3_rounds(args, conn, settings, spark, s3, jdbc_read, local_merge, say) -> d
         update={"root": s3.root("lake")})}), spark, say=say)
     plain_path = s3.root("plain")
     print(f"\n[4] first sync into S3 ({s3.endpoint}), alternating with a plain copy into S3", flush=True)
-    timed("first sync into S3 (pgcdc ingest: creates the table)", on_s3.run)
+    timed("first sync into S3 (pgcdc ingest: creates the table)", (lambda: run_job(on_s3)))
     out: dict[str, list[float]] = {"first": [], "plain": [], "s3": [], "local": []}
     for r in range(args.repeat):
         pair = [("first", "first sync into S3 again (pgcdc resync)", lambda: resync_tables(on_s3, ["public.bench"])),
@@ -236,7 +236,7 @@ def s3_rounds(args, conn, settings, spark, s3, jdbc_read, local_merge, say) -> d
           f"{args.small_rounds} rounds", flush=True)
     for r in range(args.small_rounds):
         conn.execute(f"update bench set a = a + 1 where id % {every} = {1 + r % every}")
-        out["s3"].append(timed("pgcdc ingest into S3, merge engine", on_s3.run))
+        out["s3"].append(timed("pgcdc ingest into S3, merge engine", (lambda: run_job(on_s3))))
         out["local"].append(timed("pgcdc ingest into the local folder, merge engine", local_merge.run))
     return out
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import subprocess
 
-# Every failpoint, in the order a batch passes them (a first sync passes before-copy-commit
-# instead of the merge's three; after-compact comes after a table's last batch of a run, where
-# its small files were compacted); the randomized test crashes at each.
+# Every failpoint, in the order a batch passes them (a copy in one snapshot passes before-copy-commit
+# instead of the merge's three, each chunk of a copy in chunks before-chunk-commit, after-commit
+# and after-chunk-commit; after-compact comes after a table's last batch of a run, where its small
+# files were compacted); the randomized test crashes at each.
 FAILPOINTS = ("before-merge", "before-commit", "before-copy-commit", "after-merge", "after-commit",
-              "after-state-file", "after-compact")
+              "after-state-file", "after-compact", "before-chunk-commit", "after-chunk-commit")
 
 
 _passed = 0

@@ -146,3 +146,30 @@ def test_status_shows_a_copy_under_way(db: psycopg.Connection, syncer: Syncer, m
     data = status_data(db)
     (mine,) = [c for c in data["synced"] if c["table"] == "public.big"]
     assert mine["copy"] is None and mine["state"] == "synced" and data["healthy"], data
+
+
+def test_a_key_whose_order_spark_does_not_share_is_copied_in_one_snapshot(
+        db: psycopg.Connection, syncer: Syncer) -> None:
+    _table(db, rows=600, key='id text collate "und-x-icu"')
+    syncer.run(copies={"chunk_rows": 100})
+    assert not any("in chunks" in line for line in syncer.lines), syncer.lines
+    assert _delta(syncer) == _pg(db)
+
+
+def test_max_rows_per_second_waits_between_chunks(db: psycopg.Connection, syncer: Syncer,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from pgcdc.sync import chunked
+
+    _table(db, rows=1000)
+    waits: list[float] = []
+    import time
+    from types import SimpleNamespace
+
+    # the chunked copy's clock, its waits recorded rather than slept
+    monkeypatch.setattr(chunked, "time", SimpleNamespace(monotonic=time.monotonic, time=time.time,
+                                                         sleep=lambda seconds: waits.append(seconds)))
+    syncer.run(copies={"chunk_rows": 250, "max_rows_per_second": 50})
+    # 4 chunks, a wait after each but the last: at 50 rows/s the 750 rows read before the last
+    # chunk take 15 s, less the time the chunks took
+    assert len(waits) == 3 and 0 < sum(waits) <= 15, waits
+    assert _delta(syncer) == _pg(db)

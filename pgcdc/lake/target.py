@@ -280,6 +280,7 @@ def replace_rows(spark: "SparkSession", path: str, rows: "DataFrame", state: Con
     Delta's public replaceWhere: every other row stays readable. The columns stay the table's
     (a copy that changes them is one `overwrite`); Delta refuses a row outside `where`."""
     if state.shard is not None:
+        shards.check_fits(path, state.table, tablelog.read_state(spark, path, need_txns=False).schema(), rows.schema)
         rows = shards.with_shard(_plain(rows), state.shard)
         where = shards.where(state.shard) + (f" and ({where})" if where else "")
     writer = rows.write.format("delta").mode("overwrite")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,9 @@ from pgcdc.log import on_terminal
 if TYPE_CHECKING:
     from pgcdc.sync.ingest import Job
     from pgcdc.watermark import CopyProgress
+
+
+_BAR = threading.Lock()  # held by the Meter showing a bar (rich shows one live display at a time)
 
 
 def eta_seconds(rows: int, total: int, rate: float) -> float | None:
@@ -40,7 +44,7 @@ class Meter:
         self.rows, self.chunks, self.total = copy.rows, copy.chunks, copy.total
         self.first_rows, self.began = copy.rows, time.monotonic()
         self.bar: Any = None
-        if on_terminal():
+        if on_terminal() and _BAR.acquire(blocking=False):  # (one bar at a time: lanes copying at once log lines)
             from rich.console import Console
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
                                        TimeRemainingColumn)
@@ -77,3 +81,5 @@ class Meter:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
+            self.bar = None
+            _BAR.release()
