@@ -86,14 +86,16 @@ def main() -> None:
 
             fresh = [0]
 
-            def job(chunk_rows: int, tables: list[str] | None = None) -> Job:
+            def job(chunk_rows: int, tables: list[str] | None = None, chunk_mb: int | None = None) -> Job:
                 """A Job of a new consumer into a new root: its run is a first sync."""
                 fresh[0] += 1
                 return Job(base.model_copy(update={
                     "consumer": f"bench{fresh[0]}", "target": base.target.model_copy(
                         update={"root": str(work / f"lake{fresh[0]}")}),
                     "tables": tables or ["public.bench"],
-                    "copies": base.copies.model_copy(update={"chunk_rows": chunk_rows})}), spark, say=say)
+                    "copies": base.copies.model_copy(update={"chunk_rows": chunk_rows,
+                                                             "chunk_mb": chunk_mb or base.copies.chunk_mb})}),
+                    spark, say=say)
             jdbc = jdbc_options(conn)
             url = jdbc.pop("url")
             props = jdbc | {"fetchsize": "10000"}
@@ -110,8 +112,8 @@ def main() -> None:
             got: dict[str, list[float]] = {"chunks": [], "whole": [], "plain": []}
             contenders: list[tuple[str, str, Callable[[], Any]]] = [
                 ("chunks", "first sync in chunks (a new consumer)", lambda: run_job(job(args.chunk_rows))),
-                ("whole", "first sync in one snapshot (chunk_rows above the table's rows)",
-                 lambda: run_job(job(10 ** 12))),
+                ("whole", "first sync in one snapshot (chunks bigger than the table)",
+                 lambda: run_job(job(10 ** 12, chunk_mb=10 ** 6))),
                 ("plain", "plain copy: JDBC read of the table + Delta write", lambda: plain_copy("bench", args.rows))]
             for r in range(args.repeat):
                 for key, label, fn in contenders[r % 3:] + contenders[:r % 3]:

@@ -62,7 +62,7 @@ def copy_in_chunks(job: "Job", primary: psycopg.Connection, reader: psycopg.Conn
         first = False
         done = f"{state.copy.rows / state.copy.total:.0%}" if state.copy.total else f"{state.copy.rows} rows"
         job.say(f"{t.name}: resuming its copy at {done}, chunk {state.copy.chunks + 1}"
-                + (f" of ~{max(state.copy.chunks + 1, -(-state.copy.total // rows))}" if state.copy.total else ""),
+                + (f" of ~{max(state.copy.chunks + 1, round(state.copy.total / rows))}" if state.copy.total else ""),
                 record="copy_resume", table=t.name, chunk=state.copy.chunks + 1, rows=state.copy.rows,
                 total=state.copy.total)
     assert state.copy is not None
