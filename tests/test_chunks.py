@@ -174,3 +174,50 @@ def test_max_rows_per_second_waits_between_chunks(db: psycopg.Connection, syncer
     # recorded were not slept, so each makes up for all of them)
     assert len(waits) == 3 and all(0 < w < 5 * (n + 1) for n, w in enumerate(waits)), waits
     assert _delta(syncer) == _pg(db)
+
+
+def test_a_truncate_and_a_resync_in_the_middle_of_a_copy(db: psycopg.Connection, syncer: Syncer,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    _table(db)
+    writer = psycopg.connect(syncer.dsn, autocommit=True)
+
+    def act(name: str, n: int) -> None:
+        if name == "before-chunk-commit" and n == 1:  # (TRUNCATE is not MVCC-safe: later chunks see it)
+            writer.execute("truncate public.big; insert into public.big select i * 3, i, 'after' "
+                           "from generate_series(1, 700) i")
+        if name == "after-chunk-commit" and n == 2:
+            raise Stop("killed after chunk 3")
+    _at(monkeypatch, act)
+    with pytest.raises(Exception, match="killed after chunk 3"):
+        syncer.run(copies={"chunk_rows": CHUNK})
+    assert _state(syncer)["copy"]["chunks"] == 3
+    # a resync now starts a new copy (the one under way is dropped), stopped after its first chunk
+    writer.execute("update public.big set n = -n where id % 2 = 0")
+
+    def stop(name: str, n: int) -> None:
+        if name == "after-chunk-commit" and n == 0:
+            raise Stop("resync stopped")
+    _at(monkeypatch, stop)
+    with pytest.raises(Exception, match="resync stopped"):
+        resync(syncer.settings(copies={"chunk_rows": CHUNK}), ["public.big"], spark=syncer.spark)
+    assert _state(syncer)["copy"]["chunks"] == 1
+    monkeypatch.undo()
+    writer.close()
+    syncer.lines.clear()
+    syncer.run(copies={"chunk_rows": CHUNK})
+    assert any("resuming its copy at" in line and "chunk 2" in line for line in syncer.lines), syncer.lines
+    syncer.run()
+    assert _delta(syncer) == _pg(db) and len(_pg(db)) == 700
+
+
+def test_a_composite_key_whose_first_column_repeats_is_cut_between_its_values(
+        db: psycopg.Connection, syncer: Syncer) -> None:
+    # more rows share each first value than a chunk holds: a chunk takes all of one value
+    db.execute("create table public.pairs (bucket int, id int, v text, primary key (bucket, id)); "
+               "insert into public.pairs select b, i, 'v' || i from generate_series(0, 2) b, "
+               "generate_series(1, 400) i; analyze public.pairs")
+    capture.attach(db, "public.pairs")
+    syncer.run(copies={"chunk_rows": 100})
+    assert any("copy done: 1,200 rows in 3 chunks" in line for line in syncer.lines), syncer.lines
+    got = {(r["bucket"], r["id"], r["v"]) for r in syncer.delta("public.pairs").collect()}
+    assert got == {tuple(r) for r in db.execute("select bucket, id, v from public.pairs").fetchall()}

@@ -274,3 +274,21 @@ def test_unapplied_counts_only_events_above_the_watermark_outside_the_out_of_ord
     assert (moved.watermark, moved.out_of_order, moved.batch, moved.run_id) == (110, TxidSet(), 3, base.run_id)
     assert unapplied([(105, 2, at[0])], moved) == (0, None)
     assert unapplied(rows, moved) == (5, at[1])
+
+
+def test_a_copy_state_round_trips_and_its_progress_reaches_the_metrics() -> None:
+    from pgcdc.sync.metrics import Metrics
+    from pgcdc.sync.progress import duration, eta_seconds
+    from pgcdc.watermark import ConsumerState, CopyProgress
+
+    state = ConsumerState("c", "public.t", 7, "sys/db", 100, batch=3,
+                          copy=CopyProgress('{"k": 1}', 2, 600, 2000, 1.5)).chunk(CopyProgress("601", 3, 900, 2000, 1.5))
+    back = ConsumerState.from_json(state.to_json())
+    assert back == state and back.batch == 4 and back.copy == CopyProgress("601", 3, 900, 2000, 1.5)
+    assert ConsumerState.from_json(back.chunk(None).to_json()).copy is None
+    assert eta_seconds(900, 2000, 100.0) == 11.0 and eta_seconds(900, 0, 100.0) is None
+    assert duration(11) == "11s" and duration(125) == "2m05s" and duration(3725) == "1h02m" and duration(None) == "unknown"
+    metrics = Metrics()
+    metrics.copy_progress("public.t", 0.45, None)
+    assert metrics.registry.get_sample_value("pgcdc_copy_progress_ratio", {"table": "public.t"}) == 0.45
+    assert metrics.registry.get_sample_value("pgcdc_copy_eta_seconds", {"table": "public.t"}) == -1.0
