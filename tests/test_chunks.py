@@ -7,6 +7,7 @@ The oracle: PostgreSQL read with psycopg, the Delta table read with the suite's 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -221,3 +222,37 @@ def test_a_composite_key_whose_first_column_repeats_is_cut_between_its_values(
     assert any("copy done: 1,200 rows in 3 chunks" in line for line in syncer.lines), syncer.lines
     got = {(r["bucket"], r["id"], r["v"]) for r in syncer.delta("public.pairs").collect()}
     assert got == {tuple(r) for r in db.execute("select bucket, id, v from public.pairs").fetchall()}
+
+
+def test_a_truncate_while_a_chunk_is_read_neither_waits_for_the_copy_nor_stalls_it(
+        db: psycopg.Connection, syncer: Syncer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk's exporting transaction holds no lock on the table: a TRUNCATE issued as the chunk
+    is about to be read gets its lock at once (were the transaction holding one, the TRUNCATE
+    would wait for it, the chunk's reads would queue behind the TRUNCATE, and both would wait
+    until the TRUNCATE's lock_timeout)."""
+    import threading
+
+    _table(db)
+    outcome: list[str] = []
+
+    def truncate() -> None:
+        with psycopg.connect(syncer.dsn, autocommit=True) as app:
+            app.execute("set lock_timeout = '20s'")
+            try:
+                app.execute("truncate public.big; insert into public.big values (1, 1, 'after')")
+                outcome.append("done")
+            except psycopg.errors.LockNotAvailable:
+                outcome.append("waited 20 s for the copy")
+    threads: list[threading.Thread] = []
+
+    def act(name: str, n: int) -> None:
+        if name == "before-chunk-commit" and n == 1:
+            threads.append(threading.Thread(target=truncate))
+            threads[0].start()
+            time.sleep(0.5)  # (the TRUNCATE takes or waits for its lock before the chunk's reads begin)
+    _at(monkeypatch, act)
+    syncer.run(copies={"chunk_rows": CHUNK})
+    threads[0].join()
+    assert outcome == ["done"], outcome
+    syncer.run()
+    assert _delta(syncer) == _pg(db) == {("1", 1, "after")}

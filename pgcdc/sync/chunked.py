@@ -123,10 +123,14 @@ def _chunk(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, 
     """Read and commit the next chunk, in one snapshot of the reader held for this chunk only."""
     assert state.copy is not None
     events.wait_for_txmin(reader, state.watermark, job.settings.source.reader_role)
+    # The bounds in a statement of their own (any snapshot will do: the ranges only have to
+    # cover every key): the exporting transaction must hold no lock on the table. A TRUNCATE
+    # waiting for that lock would queue the shares' locks behind its own, and the shares would
+    # wait for a transaction that waits for them (on a standby, until replay cancels them).
+    chunk = chunks.next_chunk(reader, t, key, chunks.decode(state.copy.after), rows, parts)
     with reader.transaction():  # held open while Spark reads and writes the chunk: its shares share it
         reader.execute("set transaction isolation level repeatable read, read only")
         exported = reader.execute("select pg_export_snapshot()").fetchone()[0]
-        chunk = chunks.next_chunk(reader, t, key, chunks.decode(state.copy.after), rows, parts)
         frame = enrich.read_queries(job.spark, jdbc, t, columns,
                                     [chunks.range_query(t, columns, key, lo, hi) for lo, hi in chunk.ranges], exported)
         progress = None if chunk.last else replace(state.copy, after=chunks.encode(chunk.hi),
