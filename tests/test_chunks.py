@@ -185,7 +185,7 @@ def test_a_truncate_and_a_resync_in_the_middle_of_a_copy(db: psycopg.Connection,
     def act(name: str, n: int) -> None:
         if name == "before-chunk-commit" and n == 1:  # (TRUNCATE is not MVCC-safe: later chunks see it)
             writer.execute("truncate public.big; insert into public.big select i * 3, i, 'after' "
-                           "from generate_series(1, 700) i")
+                           "from generate_series(1, 1500) i")
         if name == "after-chunk-commit" and n == 2:
             raise Stop("killed after chunk 3")
     _at(monkeypatch, act)
@@ -208,7 +208,7 @@ def test_a_truncate_and_a_resync_in_the_middle_of_a_copy(db: psycopg.Connection,
     syncer.run(copies={"chunk_rows": CHUNK})
     assert any("resuming its copy at" in line and "chunk 2" in line for line in syncer.lines), syncer.lines
     syncer.run()
-    assert _delta(syncer) == _pg(db) and len(_pg(db)) == 700
+    assert _delta(syncer) == _pg(db) and len(_pg(db)) == 1500
 
 
 def test_a_composite_key_whose_first_column_repeats_is_cut_between_its_values(
