@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,3 +25,12 @@ def throwaway(name: str, **postgres: Any) -> Iterator[tuple[LocalPostgres, Path]
     finally:
         pg.stop(remove=True)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def timed(label: str, work: Callable[[], object], width: int = 62) -> float:
+    """Run `work`, print how long it took beside `label`, and return the seconds."""
+    began = time.perf_counter()
+    work()
+    seconds = time.perf_counter() - began
+    print(f"  {label:{width}s} {seconds:8.2f}s", flush=True)
+    return seconds

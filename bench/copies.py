@@ -28,7 +28,7 @@ from typing import Any, Callable
 import psycopg
 
 import pgcdc.faults
-from bench.common import throwaway
+from bench.common import throwaway, timed
 from pgcdc.settings import Settings
 from pgcdc.source import capture
 from pgcdc.source.db import jdbc_options
@@ -36,13 +36,6 @@ from pgcdc.spark.session import get_session
 from pgcdc.sync.ingest import Job
 from pgcdc.sync.runs import resync_tables, run_job
 
-
-def timed(label: str, fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    fn()
-    took = time.perf_counter() - start
-    print(f"  {label:62s} {took:8.2f}s", flush=True)
-    return took
 
 
 class _Killed(Exception):

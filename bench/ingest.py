@@ -32,13 +32,13 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
-import time
 from contextlib import ExitStack
 from pathlib import Path
 from statistics import median
 
 import psycopg
 
+from bench.common import timed
 from pgcdc.source import capture
 from pgcdc.source.db import jdbc_options
 from pgcdc.sync.ingest import Job
@@ -48,13 +48,6 @@ from pgcdc.locals3 import running as s3_running
 from pgcdc.settings import Settings
 from pgcdc.spark.session import get_session
 
-
-def timed(label: str, fn) -> float:
-    start = time.perf_counter()
-    fn()
-    took = time.perf_counter() - start
-    print(f"  {label:58s} {took:8.2f}s", flush=True)
-    return took
 
 
 def mean(xs: list[float]) -> float:

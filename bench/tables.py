@@ -21,25 +21,16 @@ Follower lag over many tables: `python -m bench.lag --tables 200 --rows 1000 --r
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable
 
 import psycopg
 
-from bench.common import throwaway
+from bench.common import throwaway, timed
 from pgcdc.settings import Settings
 from pgcdc.source import capture, schemas
 from pgcdc.spark.session import get_session
 from pgcdc.sync.ingest import Job
 from pgcdc.sync.runs import run_job
 
-
-def timed(what: str, work: Callable[[], object]) -> float:
-    began = time.perf_counter()
-    work()
-    seconds = time.perf_counter() - began
-    print(f"  {what:58s} {seconds:8.2f} s", flush=True)
-    return seconds
 
 
 def main() -> None:

@@ -234,7 +234,7 @@ def last_commit(spark: "SparkSession", path: str, state: ConsumerState) -> Writt
 def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState,
               partition_by: list[str] | None = None) -> Written:
     """Replace the table's contents (first sync or resync) in one commit carrying the state;
-    a fan-in source's (`state.shard`) rows only (`_replace_shard`).
+    a fan-in source's (`state.shard`) rows only (`replace_rows`).
 
     With the same columns and partitioning (`partition_by`) the table keeps its schema (key
     columns NOT NULL). With other columns, or another partitioning, it takes the source's
@@ -243,7 +243,7 @@ def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: Consum
     that needs column mapping turns it on first."""
     log = tablelog.read_state(spark, path, need_txns=False)
     if state.shard is not None:
-        return _replace_shard(spark, path, rows, state, state.shard, log)
+        return replace_rows(spark, path, rows, state, None, log)
     writer = rows.write.format("delta").mode("overwrite")
     have = list(log.metadata.get("partitionColumns") or [])
     want = have if partition_by is None else partition_by
@@ -256,36 +256,31 @@ def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: Consum
     return last_commit(spark, path, state)
 
 
-def _replace_shard(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState, shard: int,
-                   log: "tablelog.LogState") -> Written:
-    """Replace one fan-in source's rows (its shard's partition) in one commit carrying its state,
-    leaving the other sources' files as they are. A column the Delta table lacks is added
-    (nullable: the other sources' rows hold null there); a column the source lacks is null in
-    its rows; a column of another type is refused (shards.check_fits)."""
-    schema = log.schema()
-    shards.check_fits(path, state.table, schema, rows.schema)
-    writer = (shards.with_shard(_plain(rows), shard).write.format("delta").mode("overwrite")
-              .option("replaceWhere", shards.where(shard)))
-    if {f.name for f in rows.schema.fields} - {f.name for f in schema.fields}:
-        _map_columns_if_needed(spark, path, log, rows.schema)
-        writer = writer.option("mergeSchema", "true")
-    with state_commit(spark, state):
-        writer.save(path)
-    return last_commit(spark, path, state)
-
-
-def replace_rows(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState, where: str | None) -> Written:
+def replace_rows(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState, where: str | None,
+                 log: "tablelog.LogState | None" = None) -> Written:
     """Replace the table's rows matching `where` (a chunk's key range, sync/chunked.py; None: every
-    row), a fan-in source's within its shard, by `rows` in one commit carrying the state, with
-    Delta's public replaceWhere: every other row stays readable. The columns stay the table's
-    (a copy that changes them is one `overwrite`); Delta refuses a row outside `where`."""
+    row) by `rows` in one commit carrying the state, with Delta's public replaceWhere: every other
+    row stays readable, and Delta refuses a row outside `where`. The columns stay the table's (a
+    copy that changes them is one `overwrite`), except for a fan-in source's (`state.shard`):
+    its rows replace those of its shard's partition only, leaving the other sources' files as
+    they are; a column the Delta table lacks is added (nullable: the other sources' rows hold
+    null there), a column the source lacks is null in its rows, and a column of another type is
+    refused (shards.check_fits). `log`: the table's log as the caller read it."""
+    merge = False
     if state.shard is not None:
-        shards.check_fits(path, state.table, tablelog.read_state(spark, path, need_txns=False).schema(), rows.schema)
+        log = log or tablelog.read_state(spark, path, need_txns=False)
+        schema = log.schema()
+        shards.check_fits(path, state.table, schema, rows.schema)
+        if {f.name for f in rows.schema.fields} - {f.name for f in schema.fields}:
+            _map_columns_if_needed(spark, path, log, rows.schema)
+            merge = True
         rows = shards.with_shard(_plain(rows), state.shard)
         where = shards.where(state.shard) + (f" and ({where})" if where else "")
     writer = rows.write.format("delta").mode("overwrite")
     if where:
         writer = writer.option("replaceWhere", where)
+    if merge:
+        writer = writer.option("mergeSchema", "true")
     with state_commit(spark, state):
         writer.save(path)
     return last_commit(spark, path, state)

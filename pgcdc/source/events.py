@@ -13,8 +13,10 @@ same selection with `Batch.filter_sql()`, so keys never pass through the driver.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 import psycopg
 
@@ -187,6 +189,30 @@ def wait_for_txmin(reader: psycopg.Connection, txmin: int, role: str, timeout: f
             raise TargetError(f"{role} is behind the primary (its txmin {now} < {txmin} after {timeout:.0f} s); "
                               "check its replication and run again")
         time.sleep(0.25)
+
+
+class Behind(Exception):
+    """The reader's snapshot has not reached the txid a copy waits for (args[0]: its txmin)."""
+
+
+T = TypeVar("T")
+
+
+def once_reached(reader: psycopg.Connection, txmin: int, role: str, work: Callable[[], T], timeout: float = 60) -> T:
+    """`work()` once the reader's snapshots have reached `txmin` (wait_for_txmin), waiting and
+    trying again while it raises Behind: a standby's snapshot xmin can move back (a transaction's
+    xid becomes known to it only with the transaction's first WAL record). Fails naming the lag
+    after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        wait_for_txmin(reader, txmin, role, timeout)
+        try:
+            return work()
+        except Behind as behind:
+            if time.monotonic() > deadline:
+                raise TargetError(f"{role} is behind the primary (its txmin {behind.args[0]} < {txmin} after "
+                                  f"{timeout:.0f} s); check its replication and run again") from None
+            time.sleep(0.25)
 
 
 def queued_txids(reader: psycopg.Connection, watermarks: dict[int, int]) -> dict[int, list[tuple[int, int, datetime]]]:

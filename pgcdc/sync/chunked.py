@@ -22,16 +22,15 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from pgcdc import faults
-from pgcdc.errors import TargetError
 from pgcdc.lake import target
 from pgcdc.source import chunks, enrich, events, partitions
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.chunks import CutKey
 from pgcdc.source.columns import Column, fingerprint
 from pgcdc.source.mirror import mark_committing, register_table, resync_reason
-from pgcdc.sync.progress import Meter
+from pgcdc.sync.progress import Meter, reached
 from pgcdc.sync.report import TableReport
-from pgcdc.watermark import ConsumerState, CopyProgress
+from pgcdc.watermark import ConsumerState, CopyProgress, TxidSet
 
 if TYPE_CHECKING:
     from pgcdc.settings import CopySettings
@@ -49,19 +48,18 @@ def chunk_rows(copies: "CopySettings", size: partitions.Size) -> int:
 
 def copy_in_chunks(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
                    identity: str, t: AttachedTable, columns: list[Column], path: str, report: TableReport,
-                   key: CutKey, state: ConsumerState | None, last_batch: int) -> ConsumerState:
-    """Copy the table in chunks, from the start (`state` None or without a copy under way) or
-    from where `state`'s copy got to. Returns the state after the last chunk, or the state of a
-    copy still under way if the job was asked to stop between chunks."""
+                   key: CutKey, state: ConsumerState | None, last_batch: int, size: partitions.Size) -> ConsumerState:
+    """Copy the table (of `size`) in chunks, from the start (`state` None or without a copy under
+    way) or from where `state`'s copy got to. Returns the state after the last chunk, or the
+    state of a copy still under way if the job was asked to stop between chunks."""
     s = job.settings
-    size = partitions.size(reader, t.name)
-    rows = chunk_rows(s.copies, size)
+    rows, total = chunk_rows(s.copies, size), max(0, int(size.rows))
     if state is None or state.copy is None:
-        state, first = _begin(job, primary, reader, identity, t, columns, path, last_batch, size), True
+        state, first = _begin(job, primary, reader, identity, t, columns, path, last_batch, rows, total), True
     else:  # (resumed)
         first = False
-        done = f"{state.copy.rows / state.copy.total:.0%}" if state.copy.total else f"{state.copy.rows} rows"
-        job.say(f"{t.name}: resuming its copy at {done}, chunk {state.copy.chunks + 1}"
+        job.say(f"{t.name}: resuming its copy at {reached(state.copy.rows, state.copy.total)}, "
+                f"chunk {state.copy.chunks + 1}"
                 + (f" of ~{max(state.copy.chunks + 1, round(state.copy.total / rows))}" if state.copy.total else ""),
                 record="copy_resume", table=t.name, chunk=state.copy.chunks + 1, rows=state.copy.rows,
                 total=state.copy.total)
@@ -75,7 +73,7 @@ def copy_in_chunks(job: "Job", primary: psycopg.Connection, reader: psycopg.Conn
                 # (the queue may have dropped events this copy relies on: it starts again)
                 job.say(f"{t.name}: consumer {s.consumer} fell past the retention limit during the copy: copying "
                         "it again from the start")
-                state, first = _begin(job, primary, reader, identity, t, columns, path, state.batch, size), True
+                state, first = _begin(job, primary, reader, identity, t, columns, path, state.batch, rows, total), True
                 assert state.copy is not None
                 meter = Meter(job, t.name, state.copy, rows)
             state, n = _chunk(job, primary, reader, jdbc, t, columns, path, key, state, rows, parts, first)
@@ -91,26 +89,22 @@ def copy_in_chunks(job: "Job", primary: psycopg.Connection, reader: psycopg.Conn
 
 
 def _begin(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, identity: str, t: AttachedTable,
-           columns: list[Column], path: str, last_batch: int, size: partitions.Size) -> ConsumerState:
-    """A new copy's starting state: registered, then its first snapshot's txmin as the watermark."""
+           columns: list[Column], path: str, last_batch: int, rows: int, total: int) -> ConsumerState:
+    """A new copy's starting state: registered, then its first snapshot's txmin as the watermark
+    (`rows`: per chunk; `total`: the table's estimated rows, 0 if unknown)."""
     s = job.settings
     registered = register_table(primary, s.consumer, t.table_id, path)
-    deadline = time.monotonic() + 60
-    while True:
-        events.wait_for_txmin(reader, registered, s.source.reader_role)
+
+    def first_snapshot() -> tuple[events.Snapshot, TxidSet]:
         with reader.transaction():
             reader.execute("set transaction isolation level repeatable read, read only")
             snap = events.take_snapshot(reader)
-            if snap.txmin >= registered:
-                applied = events.visible_at_or_above(reader, t.table_id, snap)
-                break
-        if time.monotonic() > deadline:  # (a standby's snapshot txmin can move back: copies.py)
-            raise TargetError(f"{s.source.reader_role} is behind the primary (its txmin {snap.txmin} < {registered} "
-                              "after 60 s); check its replication and run again")
-        time.sleep(0.25)
-    total = max(0, int(size.rows))
-    job.say(f"{t.name}: copying the table in chunks of {chunk_rows(s.copies, size)} rows"
-            + (f" (~{total} rows)" if total else ""), record="copy_start", table=t.name, total=total)
+            if snap.txmin < registered:  # a standby that has not replayed the registration yet
+                raise events.Behind(snap.txmin)
+            return snap, events.visible_at_or_above(reader, t.table_id, snap)
+    snap, applied = events.once_reached(reader, registered, s.source.reader_role, first_snapshot)
+    job.say(f"{t.name}: copying the table in chunks of {rows} rows" + (f" (~{total} rows)" if total else ""),
+            record="copy_start", table=t.name, total=total)
     state = ConsumerState(s.consumer, t.name, t.table_id, identity, snap.txmin, batch=last_batch,
                           columns=fingerprint(t.name, t.key_columns, columns), shard=t.fan_in_shard)
     return replace(state.next(snap.txmin, applied), batch=last_batch,

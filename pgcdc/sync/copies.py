@@ -10,14 +10,12 @@ the state.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 import psycopg
 
 from pgcdc import faults
 from pgcdc.engines import CopyWork, Engine
-from pgcdc.errors import TargetError
 from pgcdc.lake import tablelog, target
 from pgcdc.lake.state import committed_batch
 from pgcdc.source import chunks, enrich, events, partitions
@@ -33,10 +31,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from pgcdc.sync.ingest import Job
-
-
-class _Behind(Exception):
-    """The reader's snapshot has not reached the registration a copy waits for (its txmin)."""
 
 
 def create_target(job: "Job", primary: psycopg.Connection, t: AttachedTable, path: str, source: "StructType") -> None:
@@ -78,33 +72,24 @@ def copy_table(job: "Job", primary: psycopg.Connection, reader: psycopg.Connecti
     if whole_copy_reason(log, t, job.source_schema(jdbc, t, columns), size, chunk_rows(job.settings.copies, size),
                          uncut) is None:
         assert key is not None
-        return copy_in_chunks(job, primary, reader, jdbc, identity, t, columns, path, report, key, None, last_batch)
+        return copy_in_chunks(job, primary, reader, jdbc, identity, t, columns, path, report, key, None, last_batch,
+                              size)
     registered = register_table(primary, job.settings.consumer, t.table_id, path)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            return _copy(job, primary, reader, jdbc, identity, t, columns, path, report, last_batch, registered, engine)
-        except _Behind as behind:
-            # a standby's snapshot xmin can move back: a transaction's xid becomes known to it
-            # only with the transaction's first WAL record; wait again, then take a new snapshot
-            if time.monotonic() > deadline:
-                raise TargetError(f"{job.settings.source.reader_role} is behind the primary (its txmin {behind.args[0]} < "
-                                  f"{registered} after 60 s); check its replication and run again") from None
-            time.sleep(0.25)
+    return events.once_reached(reader, registered, job.settings.source.reader_role, lambda: _copy(
+        job, primary, reader, jdbc, identity, t, columns, path, report, last_batch, registered, engine, size))
 
 
 def _copy(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], identity: str,
           t: AttachedTable, columns: list[Column], path: str, report: TableReport, last_batch: int,
-          registered: int, engine: Engine | None) -> ConsumerState:
-    """copy_table's copy in one snapshot of the reader, which must have reached `registered`."""
-    events.wait_for_txmin(reader, registered, job.settings.source.reader_role)
+          registered: int, engine: Engine | None, size: partitions.Size) -> ConsumerState:
+    """copy_table's copy (of a table of `size`) in one snapshot of the reader, which must have
+    reached `registered`."""
     with reader.transaction():  # held open while Spark copies: the partitions share its snapshot
         reader.execute("set transaction isolation level repeatable read, read only")
         snap = events.take_snapshot(reader)
         if snap.txmin < registered:  # a standby that has not replayed the registration yet
-            raise _Behind(snap.txmin)
+            raise events.Behind(snap.txmin)
         exported = reader.execute("select pg_export_snapshot()").fetchone()[0]
-        size = partitions.size(reader, t.name)
         job.say(f"{t.name}: copying the whole table ({size.total_pages} pages) ...")
         # the transactions at or above txmin whose changes the snapshot shows are copied too
         applied = events.visible_at_or_above(reader, t.table_id, snap)
@@ -139,7 +124,8 @@ def resume_copy(job: "Job", primary: psycopg.Connection, reader: psycopg.Connect
     if key is None:
         job.say(f"{t.name}: its copy under way cannot go on in chunks ({uncut}): copying it again in one snapshot")
         return copy_table(job, primary, reader, jdbc, identity, t, columns, path, report, state.batch, engine)
-    return copy_in_chunks(job, primary, reader, jdbc, identity, t, columns, path, report, key, state, state.batch)
+    return copy_in_chunks(job, primary, reader, jdbc, identity, t, columns, path, report, key, state, state.batch,
+                          partitions.size(reader, t.name))
 
 
 def resync_table(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 
 from pgcdc.source import capture, consumers, selection
+from pgcdc.sync.progress import eta_seconds, reached
 
 # a table's state for one consumer, as `pgcdc status` shows it
 SYNCED, BEHIND, NEVER, FAILED, COPYING, LEFT_OUT = "synced", "behind", "never synced", "failed", "copying", "left out"
@@ -85,9 +86,10 @@ def _copy(progress: dict[str, Any] | None) -> dict[str, Any] | None:
     rows, total = int(progress.get("rows", 0)), int(progress.get("total", 0))
     seconds = max(0.0, time.time() - float(progress.get("started", 0.0)))
     rate = rows / seconds if seconds > 0 else 0.0
+    eta = eta_seconds(rows, total, rate)
     return {"chunks": int(progress.get("chunks", 0)), "rows": rows, "total": total,
             "fraction": round(min(1.0, rows / total), 4) if total else None, "rows_per_second": round(rate),
-            "eta_seconds": round(max(0.0, (total - rows) / rate)) if total and rate > 0 else None}
+            "eta_seconds": None if eta is None else round(eta)}
 
 
 def problems(states: list[TableState], recorded: dict[str, list[str] | None],
@@ -98,8 +100,8 @@ def problems(states: list[TableState], recorded: dict[str, list[str] | None],
     out = []
     for s in states:
         if s.copy is not None and running is not None and s.consumer not in running:
-            at = f"{s.copy['fraction']:.0%}" if s.copy["fraction"] is not None else f"{s.copy['rows']} rows"
-            out.append(f"consumer {s.consumer}'s copy of {s.table} stopped at {at} (chunk {s.copy['chunks']}): "
+            out.append(f"consumer {s.consumer}'s copy of {s.table} stopped at {reached(s.copy['rows'], s.copy['total'])} "
+                       f"(chunk {s.copy['chunks']}): "
                        f"run `pgcdc ingest` for consumer {s.consumer} to resume it")
         if s.state == NEVER:
             entries = recorded.get(s.consumer)

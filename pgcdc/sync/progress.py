@@ -28,6 +28,12 @@ def eta_seconds(rows: int, total: int, rate: float) -> float | None:
     return max(0.0, (total - rows) / rate)
 
 
+def reached(rows: int, total: int) -> str:
+    """How far a copy got, in a few words: its share of ~`total` rows, or its rows where the
+    total is unknown (0)."""
+    return f"{min(1.0, rows / total):.0%}" if total > 0 else f"{rows:,} rows"
+
+
 def duration(seconds: float | None) -> str:
     """`seconds` in words a person reads at a glance."""
     if seconds is None:

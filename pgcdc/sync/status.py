@@ -11,7 +11,7 @@ import psycopg
 from pgcdc.lake import tablelog
 from pgcdc.source import capture, consumers, partitions, schemas
 from pgcdc.sync import coverage
-from pgcdc.sync.progress import duration
+from pgcdc.sync.progress import duration, reached
 
 LAGGING = timedelta(hours=1)  # a change older than this still pending deserves attention
 
@@ -176,7 +176,7 @@ def status_data(conn: psycopg.Connection, problems: list[str] | None = None) -> 
                             "`pgcdc ingest` copies the table again")
     states = coverage.table_states(conn)
     problems += _file_problems(states)
-    running = {s.consumer for s in states if consumers.is_running(conn, s.consumer)}
+    running = {c for c in {s.consumer for s in states if s.copy is not None} if consumers.is_running(conn, c)}
     problems += coverage.problems(states, coverage.recorded_tables(conn), running)
     covered = {s.table for s in states}
     never = [t.table_name for t in tables if t.consumers == 0 and t.table_name not in covered]
@@ -211,7 +211,7 @@ def _copying(copy: dict[str, Any] | None) -> str:
     """A copy under way, in a few words: how far, and the time left at its rate."""
     if copy is None:
         return ""
-    at = f"{copy['fraction']:.0%}" if copy["fraction"] is not None else f"{copy['rows']:,} rows"
+    at = reached(copy["rows"], copy["total"])
     left = f", {duration(copy['eta_seconds'])} left" if copy["eta_seconds"] is not None else ""
     return f" ({at}{left})"
 
