@@ -62,6 +62,15 @@ class TargetSettings(BaseModel):
     )
     row_tracking: bool = Field(
         default=False, description="create tables with row tracking (stable row ids; applied by the merge engine)")
+    deletes: Literal["hard", "soft"] = Field(
+        default="hard",
+        description="hard: a row deleted in PostgreSQL leaves the Delta table; soft: it stays with its last synced "
+        "values, _pgcdc_deleted = true and _pgcdc_deleted_at (applied by the merge engine; docs/columns.md)")
+    metadata_columns: bool = Field(
+        default=False,
+        description="add _pgcdc_synced_at (when the commit that wrote the row was made) and _pgcdc_txid (the "
+        "greatest source txid of the changes it applied to the row; a copy's: its watermark) to every row "
+        "(applied by the merge engine; docs/columns.md)")
     database: str | None = Field(
         default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
         description="also register each table in the Spark session's catalog as <database>.<schema>_<table> "

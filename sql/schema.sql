@@ -233,3 +233,12 @@ create table if not exists pgcdc.attached_schema (
 -- {"chunks", "rows", "total" (estimated; 0: unknown), "started" (epoch seconds)}, for `pgcdc
 -- status`; null: no copy under way.
 alter table pgcdc.consumer_state add column if not exists copy_progress jsonb;
+
+-- The columns a table's sync reads (`pgcdc attach --columns` / `--exclude-columns`,
+-- docs/columns.md): column_mode 'only' keeps the columns numbered column_attnums (and the key);
+-- 'except' leaves out the columns numbered column_attnums and any column named in column_names
+-- (a column renamed, or dropped and added again, stays out); null reads every column.
+-- pgcdc._kept decides, for the sync's column list and the readers' column grants alike.
+alter table pgcdc.attached add column if not exists column_mode text check (column_mode in ('only', 'except'));
+alter table pgcdc.attached add column if not exists column_attnums int2[];
+alter table pgcdc.attached add column if not exists column_names text[];

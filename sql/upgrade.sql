@@ -79,3 +79,18 @@ begin
     end loop;
 end
 $predicates$;
+
+-- schema v12 added column choices (sql/functions/columns.sql): readers call pgcdc._kept and
+-- pgcdc.kept_columns to learn the columns a table's sync reads, as pgcdc.grant grants
+do $columns$
+declare
+    r regrole;
+begin
+    for r in select to_regrole(g.role_name) from pgcdc.grantee g
+              where g.kind = 'reader' and to_regrole(g.role_name) is not null loop
+        execute format('grant execute on function pgcdc._kept(text, int2[], text[], int2[], int2, name), '
+                       'pgcdc.kept_columns(regclass), pgcdc._kept_names(regclass, text, int2[], text[], int2[]) '
+                       'to %s', r);
+    end loop;
+end
+$columns$;

@@ -26,7 +26,7 @@ from pgcdc.errors import ATTENTION, ConfigError, PgcdcError, SourceError
 from pgcdc.lake import shards
 from pgcdc.lake.paths import check_target_root
 from pgcdc.settings import describe, masked_dsn
-from pgcdc.source import capture, consumers, schemas
+from pgcdc.source import access, capture, consumers, schemas
 from pgcdc.source.db import connect
 from pgcdc.sync.report import RACED, first_line, raced
 from pgcdc.sync.status import age, status_data, status_report, table_lines
@@ -58,6 +58,12 @@ def cmd_check(args: argparse.Namespace) -> int:
                               "standby of source.dsn, or remove it")
         print(f"{role}: ok ({masked_dsn(dsn)}; PostgreSQL {version}{', hot standby' if standby else ''}"
               f"{'' if role != 'source.dsn' else f'; pgcdc schema v{installed}' if installed else '; pgcdc not installed'})")
+        if role == "source.dsn" and installed == capture.SCHEMA_VERSION:
+            with connect(dsn, role=role) as conn:
+                for table, columns in access.readable_left_out(conn):
+                    print(f"note: {table} leaves out {', '.join(columns)}, but role {conn.info.user} may read "
+                          f"{'it' if len(columns) == 1 else 'them'}; sync as a role made with `pgcdc grant ROLE "
+                          "--reader` (granted the kept columns alone) so no mistake can read them")
     if len(identities) == 2 and len(set(identities.values())) == 2:
         raise SourceError(f"source.replica_dsn is not a standby of source.dsn's database (identity "
                           f"{identities['source.replica_dsn']}, the primary's {identities['source.dsn']}); "
@@ -105,16 +111,17 @@ def cmd_attach(args: argparse.Namespace) -> int:
         raise ConfigError("name a table or --schema SCHEMA (not both): `pgcdc attach app.orders`, "
                           "`pgcdc attach --schema app`")
     if args.schema:
-        if args.key or args.where or args.shard is not None or args.into or args.delta_partition_by:
-            raise ConfigError("--key, --where, --shard, --into and --delta-partition-by apply to one table; attach "
-                              "such a table on its own")
+        if args.key or args.where or args.shard is not None or args.into or args.delta_partition_by or args.columns:
+            raise ConfigError("--key, --where, --shard, --into, --delta-partition-by and --columns apply to one table; "
+                              "attach such a table on its own (--exclude-columns applies to every table of a schema)")
         return _attach_schemas(args)
-    key = [c.strip() for c in args.key.split(",")] if args.key else None
     with _source(args) as conn:
-        t = capture.attach(conn, args.table, key=key, predicate=args.where, shard=args.shard, into=args.into,
-                           delta_partition_by=args.delta_partition_by)
+        t = capture.attach(conn, args.table, key=_names(args.key), predicate=args.where, shard=args.shard,
+                           into=args.into, delta_partition_by=args.delta_partition_by, columns=_names(args.columns),
+                           exclude_columns=_names(args.exclude_columns))
     extra = "".join([f", where {t.predicate}" if t.predicate else "", f", shard {t.shard}" if t.shard is not None else "",
-                     f", Delta table partitioned by {t.delta_partition_by}" if t.delta_partition_by else ""])
+                     f", Delta table partitioned by {t.delta_partition_by}" if t.delta_partition_by else "",
+                     f", {t.choice} (no other column is read)" if t.column_mode else ""])
     print(f"attached {t.name} (key {', '.join(t.key_columns)}{extra}); its changes are now captured")
     if t.into is not None:
         print(f"its rows land in {t.into} with {shards.SHARD} = {t.shard}, beside that fan-in's other sources")
@@ -122,15 +129,24 @@ def cmd_attach(args: argparse.Namespace) -> int:
     return 0
 
 
+def _names(text: str | None) -> list[str] | None:
+    """A comma-separated list of column names (--key, --columns, --exclude-columns)."""
+    return [c.strip() for c in text.split(",") if c.strip()] if text is not None else None
+
+
 def _attach_schemas(args: argparse.Namespace) -> int:
     refused = attached = 0
     with _source(args) as conn:
         for schema in args.schema:
-            done = schemas.attach_schema(conn, schema)
+            done = schemas.attach_schema(conn, schema, exclude_columns=_names(args.exclude_columns))
             for t in done.attached:
-                print(f"attached {t.name} (key {', '.join(t.key_columns)})")
+                choice = f"; {t.choice}" if t.column_mode else ""
+                print(f"attached {t.name} (key {', '.join(t.key_columns)}{choice})")
             for table, why in done.refused:
                 print(f"refused {table}: {why}")
+            missing = [c for c in _names(args.exclude_columns) or [] if c not in done.matched]
+            if missing:
+                print(f"note: no table of schema {done.schema} has column {', '.join(missing)} (check the spelling)")
             print(f"schema {done.schema}: {len(done.attached)} table(s) attached, {len(done.already)} already "
                   f"attached, {len(done.refused)} refused; a table created there later is named by `pgcdc status` "
                   "until it is attached")
@@ -191,15 +207,17 @@ def cmd_list(args: argparse.Namespace) -> int:
         tables = capture.list_attached(conn)
     if args.json:
         _print_json([{"table": t.name, "key": t.key_columns, "where": t.predicate, "shard": t.shard, "into": t.into,
-                      "delta_partition_by": t.delta_partition_by}
+                      "delta_partition_by": t.delta_partition_by,
+                      "columns": t.chosen if t.column_mode == "only" else None,
+                      "exclude_columns": t.chosen if t.column_mode == "except" else None}
                      for t in tables])
         return 0
     if not tables:
         print("no tables attached; run `pgcdc attach SCHEMA.TABLE`")
         return 0
-    rows = [("table", "key", "where", "shard", "into")]
-    rows += [(t.name, ", ".join(t.key_columns), t.predicate or "", "" if t.shard is None else str(t.shard), t.into or "")
-             for t in tables]
+    rows = [("table", "key", "columns", "where", "shard", "into")]
+    rows += [(t.name, ", ".join(t.key_columns), t.choice if t.column_mode else "all", t.predicate or "",
+              "" if t.shard is None else str(t.shard), t.into or "") for t in tables]
     print("\n".join(table_lines(rows)))
     return 0
 
@@ -342,6 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
                    f"shard in its fan-in (its rows carry it in column {shards.SHARD})")
     p.add_argument("--into", metavar="SCHEMA.TABLE", help="land the table in this fan-in's Delta table, beside other "
                    "sources of the same shape, each under its own --shard (docs/fan-in.md)")
+    p.add_argument("--columns", metavar="A,B", help="read and land only these columns (and the key); a column "
+                   "added later is left out (docs/columns.md)")
+    p.add_argument("--exclude-columns", metavar="A,B", help="never read these columns (e.g. PII); a column added "
+                   "later lands; with --schema, left out of every table that has them")
     p.add_argument("--delta-partition-by", metavar="COLUMN", help="partition the table's Delta table by this column "
                    "(readers filtering on it skip the rest; such a table is applied by the merge engine)")
     p = add("grant", cmd_grant, "grant a role what a pgcdc reader (ingest, status, verify) or admin needs")

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
+    from pgcdc.lake.landing import Landing
     from pgcdc.lake.target import Written
     from pgcdc.settings import IngestSettings
     from pgcdc.source.capture import AttachedTable
@@ -52,6 +53,7 @@ class BatchWork:
     state: "ConsumerState"
     read: "Callable[[], BatchRead]"
     before_commit: Callable[[], None]
+    landing: "Landing"
 
 
 @dataclass

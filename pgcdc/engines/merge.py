@@ -1,10 +1,11 @@
 """The merge engine: a batch applied with Delta's public `DeltaTable.merge`, on any Delta build.
 
 Each of the batch's keys comes with its current row, or none (enrich.batch_query): a
-matched key with a row is updated, a matched key without one deleted, a new key with a
-row inserted. Delta itself writes the commit: deletion vectors where the table has them
-(else rewritten files), the change data feed (`update_preimage`/`update_postimage`) and
-row ids where the table has them. What it has that a hand-written MERGE lacks:
+matched key with a row is updated, a matched key without one deleted (with soft deletes,
+marked deleted, its values kept: lake/landing.py), a new key with a row inserted. Delta
+itself writes the commit: deletion vectors where the table has them (else rewritten files),
+the change data feed (`update_preimage`/`update_postimage`) and row ids where the table has
+them. What it has that a hand-written MERGE lacks:
 
 - the condition bounds the target's key to the batch's key range (a one-column integer
   key), so Delta skips the files outside it; a fan-in source's, to its shard's partition;
@@ -19,25 +20,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pgcdc import faults
-from pgcdc.errors import ConflictError, TargetError
-from pgcdc.lake import shards, tablelog
+from pgcdc.errors import TargetError
+from pgcdc.lake import landing, shards, tablelog
 from pgcdc.lake.paths import spark_ident as _col
 from pgcdc.lake.state import app_id
-from pgcdc.lake.target import Written, last_commit, session_confs, state_commit
+from pgcdc.lake.target import Written, conflicts, last_commit, session_confs, state_commit
 from pgcdc.source import enrich
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
     from pgcdc.engines import BatchWork, CopyWork
-
-
-def _concurrent(exc: Exception) -> bool:
-    """True for Delta's conflict errors (another writer committed while MERGE ran)."""
-    java = getattr(exc, "java_exception", None)
-    names = [type(exc).__name__, str(java.getClass().getName()) if java is not None else ""]
-    return any("Concurrent" in n or n.endswith(("MetadataChangedException", "ProtocolChangedException"))
-               for n in names) or "ConcurrentAppendException" in str(exc) or "ConcurrentDelete" in str(exc)
 
 
 class MergeEngine:
@@ -48,6 +41,7 @@ class MergeEngine:
     def apply(self, work: "BatchWork") -> Written:
         from delta.tables import DeltaTable
         from pyspark import StorageLevel
+        from pyspark.sql import functions as F
 
         spark, path, state = work.spark, work.path, work.state
         if tablelog.txn_version(spark, path, app_id(state.key)) >= state.batch:
@@ -64,25 +58,24 @@ class MergeEngine:
                 condition += f" and t.{_col(keys[0])} between {int(bounds[0])} and {int(bounds[1])}"
             live = f"s.{_col(keys[0])} is not null"  # (a key column is never null in a current row)
             values: dict[str, str | Column] = {_col(f.name): f"s.{_col(f.name)}" for f in read.schema.fields}
+            txid = F.col(f"s.{_col(enrich.TXID)}")  # (the batch read has it when the landing asks)
+            values |= {_col(name): value for name, value in work.landing.live_values(txid).items()}
             if state.shard is not None:  # a fan-in source: its rows alone (its partition: lake/shards.py)
                 condition += f" and t.{shards.where(state.shard)}"
                 values[shards.SHARD] = str(int(state.shard))
             work.before_commit()
             faults.failpoint("before-commit")
-            merge = (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), condition)
-                     .whenMatchedDelete(f"not ({live})")
-                     .whenMatchedUpdate(live, values)
-                     .whenNotMatchedInsert(live, values))
-            try:
-                # the source is cached: MERGE need not materialize it again
-                with state_commit(spark, state), session_confs(spark, {"spark.databricks.delta.merge.materializeSource":
-                                                                "none"}):
-                    merge.execute()
-            except Exception as exc:
-                if not _concurrent(exc):
-                    raise
-                raise ConflictError(f"{path} was changed by another writer (e.g. OPTIMIZE) while batch {state.batch} "
-                                  "was applied; nothing of the batch was committed: run the ingest again") from None
+            merge = DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), condition)
+            if work.landing.soft_deletes:  # a key gone keeps its last values, marked once (lake/landing.py)
+                merge = merge.whenMatchedUpdate(f"not ({live}) and not t.{_col(landing.DELETED)}",
+                                                {_col(n): v for n, v in work.landing.gone_values(txid).items()})
+            else:
+                merge = merge.whenMatchedDelete(f"not ({live})")
+            merge = merge.whenMatchedUpdate(live, values).whenNotMatchedInsert(live, values)
+            # the source is cached: MERGE need not materialize it again
+            with state_commit(spark, state), session_confs(spark, {"spark.databricks.delta.merge.materializeSource":
+                                                            "none"}), conflicts(path, f"batch {state.batch}"):
+                merge.execute()
         finally:
             source.unpersist()
         return last_commit(spark, path, state)

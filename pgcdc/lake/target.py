@@ -15,8 +15,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pgcdc.errors import TargetError
+from pgcdc.errors import ConflictError, TargetError
 from pgcdc.lake import shards, tablelog
+from pgcdc.lake.landing import Landing
 from pgcdc.lake.paths import FOLDER, spark_ident
 from pgcdc.lake.state import app_id
 from pgcdc.spark.jvm import cls
@@ -84,6 +85,27 @@ def state_commit(spark: "SparkSession", state: ConsumerState) -> Iterator[None]:
     finally:
         for key in confs:
             spark.conf.unset(key)
+
+
+def _concurrent(exc: Exception) -> bool:
+    """True for Delta's conflict errors (another writer committed while ours was written)."""
+    java = getattr(exc, "java_exception", None)
+    names = [type(exc).__name__, str(java.getClass().getName()) if java is not None else ""]
+    return any("Concurrent" in n or n.endswith(("MetadataChangedException", "ProtocolChangedException"))
+               for n in names) or "ConcurrentAppendException" in str(exc) or "ConcurrentDelete" in str(exc)
+
+
+@contextmanager
+def conflicts(path: str, what: str) -> Iterator[None]:
+    """Turn Delta's conflict with another writer's commit (OPTIMIZE, say) into ConflictError:
+    nothing of `what` (a batch, a copy's chunk) was committed, and the next run does it again."""
+    try:
+        yield
+    except Exception as exc:
+        if not _concurrent(exc):
+            raise
+        raise ConflictError(f"{path} was changed by another writer (e.g. OPTIMIZE) while {what} was applied; "
+                            f"nothing of it was committed: run the ingest again") from None
 
 
 def is_delta(spark: "SparkSession", path: str) -> bool:
@@ -231,10 +253,11 @@ def last_commit(spark: "SparkSession", path: str, state: ConsumerState) -> Writt
                       "writer already committed that batch number; is a second ingest running elsewhere?")
 
 
-def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState,
-              partition_by: list[str] | None = None) -> Written:
-    """Replace the table's contents (first sync or resync) in one commit carrying the state;
-    a fan-in source's (`state.shard`) rows only (`replace_rows`).
+def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState, keys: list[str],
+              landing: Landing, partition_by: list[str] | None = None) -> Written:
+    """Replace the table's contents (first sync or resync) by `rows` (read from PostgreSQL, keyed
+    by `keys`) in one commit carrying the state; a fan-in source's (`state.shard`) rows only
+    (`replace_rows`). With soft deletes the rows it no longer finds stay, marked (`landing`).
 
     With the same columns and partitioning (`partition_by`) the table keeps its schema (key
     columns NOT NULL). With other columns, or another partitioning, it takes the source's
@@ -243,7 +266,8 @@ def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: Consum
     that needs column mapping turns it on first."""
     log = tablelog.read_state(spark, path, need_txns=False)
     if state.shard is not None:
-        return replace_rows(spark, path, rows, state, None, log)
+        return replace_rows(spark, path, rows, state, None, keys, landing, log)
+    rows = landing.copied(rows, _replaced(spark, path, None, landing), keys, state.watermark)
     writer = rows.write.format("delta").mode("overwrite")
     have = list(log.metadata.get("partitionColumns") or [])
     want = have if partition_by is None else partition_by
@@ -251,22 +275,37 @@ def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: Consum
         _map_columns_if_needed(spark, path, log, rows.schema)
         writer = _plain(rows).write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
             .partitionBy(*want)
-    with state_commit(spark, state):
+    with state_commit(spark, state), conflicts(path, "its copy"):
         writer.save(path)
     return last_commit(spark, path, state)
 
 
+def _replaced(spark: "SparkSession", path: str, where: str | None, landing: Landing) -> "DataFrame | None":
+    """The rows a copy replaces (matching `where`), which soft deletes keep when the copy no
+    longer finds their keys (Landing.copied); None when they go."""
+    if not landing.soft_deletes:
+        return None
+    old = spark.read.format("delta").load(path)
+    return old.where(where) if where else old
+
+
 def replace_rows(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState, where: str | None,
-                 log: "tablelog.LogState | None" = None) -> Written:
+                 keys: list[str], landing: Landing, log: "tablelog.LogState | None" = None) -> Written:
     """Replace the table's rows matching `where` (a chunk's key range, sync/chunked.py; None: every
-    row) by `rows` in one commit carrying the state, with Delta's public replaceWhere: every other
-    row stays readable, and Delta refuses a row outside `where`. The columns stay the table's (a
+    row) by `rows` (read from PostgreSQL, keyed by `keys`; with soft deletes, and the replaced rows
+    whose keys it no longer finds, marked: `landing`) in one commit carrying the state, with
+    Delta's public replaceWhere: every other row stays readable, and Delta refuses a row outside
+    `where`. The columns stay the table's (a
     copy that changes them is one `overwrite`), except for a fan-in source's (`state.shard`):
     its rows replace those of its shard's partition only, leaving the other sources' files as
     they are; a column the Delta table lacks is added (nullable: the other sources' rows hold
     null there), a column the source lacks is null in its rows, and a column of another type is
     refused (shards.check_fits). `log`: the table's log as the caller read it."""
     merge = False
+    in_shard = shards.where(state.shard) + (f" and ({where})" if where else "") if state.shard is not None else where
+    old = _replaced(spark, path, in_shard, landing)
+    rows = landing.copied(rows, old.drop(shards.SHARD) if old is not None and state.shard is not None else old, keys,
+                          state.watermark)
     if state.shard is not None:
         log = log or tablelog.read_state(spark, path, need_txns=False)
         schema = log.schema()
@@ -275,13 +314,13 @@ def replace_rows(spark: "SparkSession", path: str, rows: "DataFrame", state: Con
             _map_columns_if_needed(spark, path, log, rows.schema)
             merge = True
         rows = shards.with_shard(_plain(rows), state.shard)
-        where = shards.where(state.shard) + (f" and ({where})" if where else "")
+        where = in_shard
     writer = rows.write.format("delta").mode("overwrite")
     if where:
         writer = writer.option("replaceWhere", where)
     if merge:
         writer = writer.option("mergeSchema", "true")
-    with state_commit(spark, state):
+    with state_commit(spark, state), conflicts(path, f"a copy's rows{f' ({where})' if where else ''}"):
         writer.save(path)
     return last_commit(spark, path, state)
 

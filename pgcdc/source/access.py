@@ -49,3 +49,17 @@ def check_readable(conn: psycopg.Connection, t: AttachedTable) -> None:
         raise TableError(f"the key of {t.name} is read back from text through {bad[0][0]}, which someone created and "
                          "would run with the sync's rights; drop it, or attach the table with another key "
                          "(--key) of a built-in type")
+
+
+def readable_left_out(conn: psycopg.Connection) -> list[tuple[str, list[str]]]:
+    """(table, columns) for each attached table whose column choice leaves out columns this
+    session's role may still read (`pgcdc check` says so: the grant, not only the sync, should
+    keep them out; docs/columns.md)."""
+    rows = conn.execute(
+        "select a.relid::text, array_agg(t.attname::text order by t.attnum) from pgcdc.attached a "
+        "join pg_attribute t on t.attrelid = a.relid and t.attnum > 0 and not t.attisdropped "
+        "where a.column_mode is not null "
+        "  and not pgcdc._kept(a.column_mode, a.column_attnums, a.column_names, a.key_attnums, t.attnum, t.attname) "
+        "  and has_column_privilege(a.relid, t.attnum, 'SELECT') "
+        "group by a.relid order by 1").fetchall()
+    return [(table, list(columns)) for table, columns in rows]

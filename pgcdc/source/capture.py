@@ -15,7 +15,7 @@ import psycopg
 
 from pgcdc.errors import SchemaError, TableError, TargetError
 
-SCHEMA_VERSION = 11  # bump with every change to sql/; install upgrades older schemas in place
+SCHEMA_VERSION = 12  # bump with every change to sql/; install upgrades older schemas in place
 LOCK_TIMEOUT = "5s"  # how long install/attach/detach wait for a lock before they give up, naming its holder
 
 
@@ -63,6 +63,15 @@ class AttachedTable:
     shard: int | None
     into: str | None = None  # a fan-in's name: the Delta table its rows land in, under `shard`
     delta_partition_by: str | None = None  # the column its Delta table is partitioned by (attach --delta-partition-by)
+    column_mode: str | None = None  # "only" (attach --columns) or "except" (--exclude-columns); None: every column
+    chosen: list[str] | None = None  # the columns --columns keeps or --exclude-columns leaves out (as they are named now)
+
+    @property
+    def choice(self) -> str:
+        """The column choice in words: "every column", "only a, b" or "all but ssn"."""
+        if self.column_mode is None:
+            return "every column"
+        return f"{'only' if self.column_mode == 'only' else 'all but'} {', '.join(self.chosen or [])}"
 
     @property
     def target_name(self) -> str:
@@ -268,21 +277,22 @@ def _table_error(exc: psycopg.Error) -> TableError:
 
 def attach(conn: psycopg.Connection, table: str, key: list[str] | None = None,
            predicate: str | None = None, shard: int | None = None, into: str | None = None,
-           delta_partition_by: str | None = None) -> AttachedTable:
+           delta_partition_by: str | None = None, columns: list[str] | None = None,
+           exclude_columns: list[str] | None = None) -> AttachedTable:
     """Start capturing `table` (idempotent: re-attaching updates the options); with `into`, as
     shard `shard` of that fan-in (docs/fan-in.md); `delta_partition_by`: a column its Delta table is
-    partitioned by."""
+    partitioned by; `columns` / `exclude_columns`: the columns its sync reads (docs/columns.md)."""
     require_schema(conn)
     name = resolve_table(conn, table)
     try:
         with conn.transaction():
             _lock(conn)
-            conn.execute("select pgcdc.attach(%s::regclass, %s, %s, %s, %s, %s)",
-                         (name, key, predicate, shard, into, delta_partition_by))
+            conn.execute("select pgcdc.attach(%s::regclass, %s, %s, %s, %s, %s, %s, %s)",
+                         (name, key, predicate, shard, into, delta_partition_by, columns, exclude_columns))
     except psycopg.errors.LockNotAvailable:
         raise _timed_out(conn, f"attach {name}", [name]) from None
     except psycopg.Error as exc:
-        if exc.sqlstate in ("PC001", "PC002", "PC003", "PC004", "PC005", "PC006", "42809", "42501"):
+        if exc.sqlstate in ("PC001", "PC002", "PC003", "PC004", "PC005", "PC006", "PC007", "42809", "42501"):
             raise _table_error(exc) from None
         raise
     return next(t for t in list_attached(conn) if t.name == name)
@@ -334,7 +344,11 @@ def list_attached(conn: psycopg.Connection) -> list[AttachedTable]:
 def _attached(conn: psycopg.Connection) -> list[AttachedTable]:
     rows = conn.execute(
         "select a.table_id, format('%I.%I', n.nspname, c.relname) as name, a.key_columns, a.key_types, "
-        "a.predicate, a.shard, a.into_table, a.delta_partition_by from pgcdc.attached a join pg_class c on c.oid = a.relid "
+        "a.predicate, a.shard, a.into_table, a.delta_partition_by, a.column_mode, "
+        "array(select t.attname::text from pg_attribute t where t.attrelid = a.relid and t.attnum > 0 "
+        "      and not t.attisdropped and (t.attnum = any(a.column_attnums) or t.attname::text = any(a.column_names)) "
+        "      order by t.attnum) "
+        "from pgcdc.attached a join pg_class c on c.oid = a.relid "
         "join pg_namespace n on n.oid = c.relnamespace order by name").fetchall()
     return [AttachedTable(*row) for row in rows]
 

@@ -130,14 +130,16 @@ class Column:
 
 
 def table_columns(conn: psycopg.Connection, table: str) -> list[Column]:
-    """The table's live columns in order."""
+    """The table's live columns its sync reads, in order."""
     conn.execute("select %s::regclass", (table,))  # (a table that is gone fails here, naming it)
     return columns_of(conn, [table])[table]
 
 
 def columns_of(conn: psycopg.Connection, tables: list[str]) -> dict[str, list[Column]]:
-    """The live columns of each table (one query for all of a pass's tables); none for a table
-    whose name does not resolve (dropped or renamed meanwhile)."""
+    """The live columns of each table that its sync reads (one query for all of a pass's tables):
+    an attached table's column choice leaves the others out (pgcdc._kept, docs/columns.md), so no
+    statement pgcdc sends names them. None for a table whose name does not resolve (dropped or
+    renamed meanwhile)."""
     rows = conn.execute(
         "select k.name, a.attname, format_type(a.atttypid, a.atttypmod), "
         "coalesce(e.typname, t.typname), t.typcategory = 'A', "
@@ -146,7 +148,10 @@ def columns_of(conn: psycopg.Connection, tables: list[str]) -> dict[str, list[Co
         "coalesce(e.oid, t.oid) >= 16384 "
         "from unnest(%s::text[]) k(name) join pg_attribute a on a.attrelid = to_regclass(k.name) "
         "join pg_type t on t.oid = a.atttypid left join pg_type e on e.oid = t.typelem "
-        "and t.typcategory = 'A' where a.attnum > 0 and not a.attisdropped "
+        "and t.typcategory = 'A' left join pgcdc.attached s on s.relid = a.attrelid "
+        "where a.attnum > 0 and not a.attisdropped "
+        "and (s.table_id is null or pgcdc._kept(s.column_mode, s.column_attnums, s.column_names, s.key_attnums, "
+        "a.attnum, a.attname)) "
         "order by k.name, a.attnum", (tables,)).fetchall()
     found: dict[str, list[Column]] = {name: [] for name in tables}
     for name, *column in rows:

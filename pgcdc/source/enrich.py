@@ -53,6 +53,9 @@ def restored(frame: "DataFrame", columns: list[Column], key_columns: list[str]) 
     by_name = {c.name: c for c in columns}
     exprs = []
     for name in frame.columns:
+        if name == TXID:
+            exprs.append(f"`{TXID}`")
+            continue
         key = name.startswith(KEY_PREFIX)
         column = by_name[name[len(KEY_PREFIX):] if key else name]
         exprs.append(column.spark(name, key or name in key_columns))
@@ -67,37 +70,48 @@ def _decode_key(t: AttachedTable, key: str) -> list[str]:
 
 
 KEY_PREFIX = "__pgcdc_key_"  # the batch's keys, beside the row columns (null when the row is gone)
+TXID = "__pgcdc_batch_txid"  # with `txids`: the greatest txid of the batch's events of each key
 INTEGER_KEYS = ("smallint", "integer", "bigint")  # key_types (format_type) of integer keys
 
 
-def _batch_keys(t: AttachedTable, batch: Batch) -> str:
-    """A subquery `k` with the batch's distinct keys (typed key columns)."""
+def _batch_keys(t: AttachedTable, batch: Batch, txids: bool = False) -> str:
+    """A subquery `k` with the batch's distinct keys (typed key columns); with `txids`, each
+    with the greatest txid of its events (TXID)."""
     refs = [_ident(k) for k in t.key_columns]
     decoded = ", ".join(f"{expr} as {ref}" for expr, ref in zip(_decode_key(t, "u.k"), refs))
     # Sorted: the join then looks the rows up in key order, near one another in the index
     # (and, for rows inserted in key order, in the heap): 45% less PostgreSQL time for a
     # share of 250k keys than in the hash order of a plain DISTINCT (measured).
     order = ", ".join(str(i + 1) for i in range(len(refs)))
-    return (f"(select distinct {decoded} from pgcdc.commit_queue q "
-            f"cross join lateral unnest(q.keys) u(k) where {batch.filter_sql('q')} order by {order}) k")
+    source = f"from pgcdc.commit_queue q cross join lateral unnest(q.keys) u(k) where {batch.filter_sql('q')}"
+    if txids:
+        return (f"(select {decoded}, max(q.txid::text::int8) as {_ident(TXID)} {source} group by {order} "
+                f"order by {order}) k")
+    return f"(select distinct {decoded} {source} order by {order}) k"
 
 
-def batch_query(t: AttachedTable, columns: list[Column], batch: Batch) -> str:
+def batch_query(t: AttachedTable, columns: list[Column], batch: Batch, txids: bool = False) -> str:
     """The SQL reading the batch's keys (KEY_PREFIX columns, in the form the Delta table holds
     them), each with its current row: all row columns null when the row is gone (or no
-    longer matches the attach predicate), which makes the key a delete."""
+    longer matches the attach predicate), which makes the key a delete. With `txids`, each key
+    also with the greatest txid of its events (TXID, for pgcdc's metadata columns)."""
     row = _row_key("k", t.key_columns)
     keys = ", ".join(f"{c.select('k.' + _ident(c.name), True, t.name, row)} as {_ident(KEY_PREFIX + c.name)}"
                      for c in columns if c.name in t.key_columns)
+    if txids:
+        keys += f", k.{_ident(TXID)}"
     join = " and ".join(f"t.{r} = k.{r}" for r in (_ident(k) for k in t.key_columns))
     return (f"select {keys}, {select_list(columns, 't', t)} "
-            f"from {_batch_keys(t, batch)} left join {_source(t)} t on {join}")
+            f"from {_batch_keys(t, batch, txids)} left join {_source(t, columns)} t on {join}")
 
 
-def _source(t: AttachedTable) -> str:
+def _source(t: AttachedTable, columns: list[Column]) -> str:
     """The table as a FROM item: with a predicate, the subquery of its matching rows, so the
-    predicate's column names refer to the table alone whatever else the query joins."""
-    return f"(select * from {t.name} where ({t.predicate}))" if t.predicate else t.name
+    predicate's column names refer to the table alone whatever else the query joins. It names
+    the columns the sync reads (never `*`: a reader granted some columns may read no others)."""
+    if not t.predicate:
+        return t.name
+    return f"(select {', '.join(_ident(c.name) for c in columns)} from {t.name} where ({t.predicate}))"
 
 
 def shares(t: AttachedTable, partitions: int) -> list[str]:
@@ -164,7 +178,7 @@ def _rows_schema(frame: "DataFrame") -> "StructType":
     """A batch relation's schema without its key columns: the rows' columns."""
     from pyspark.sql.types import StructType
 
-    return StructType([f for f in frame.schema.fields if not f.name.startswith(KEY_PREFIX)])
+    return StructType([f for f in frame.schema.fields if not f.name.startswith(KEY_PREFIX) and f.name != TXID])
 
 
 def copy_query(t: AttachedTable, columns: list[Column], lo_page: int, hi_page: int | None) -> str:
@@ -301,7 +315,7 @@ def fetch_rows(conn: psycopg.Connection, t: AttachedTable, columns: list[Column]
     else:
         where = (text(f"({', '.join('t.' + r for r in refs)}) in (select {typed} from unnest(") + unnest
                  + text(f") k({', '.join(refs)}))"))
-    query = text(f"select {select_list(columns, 't', t)} from {_source(t)} t where ") + where
+    query = text(f"select {select_list(columns, 't', t)} from {_source(t, columns)} t where ") + where
     try:
         return conn.execute(query, [keys.column(k).cast("string").to_pylist() for k in t.key_columns]).fetchall()
     except psycopg.DataError:
@@ -341,15 +355,16 @@ def replayed_at_least(lsn: str, seconds: float = REPLAY_WAIT_SECONDS) -> str:
 
 def read_batch(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],
                batch: Batch, partitions: int, replayed: str | None = None, known: "StructType | None" = None,
-               check: Callable[["StructType"], None] = lambda schema: None) -> BatchRead:
+               check: Callable[["StructType"], None] = lambda schema: None, txids: bool = False) -> BatchRead:
     """The batch's keys with their current rows (batch_query), read in `partitions` shares;
     `replayed`: the WAL position of the standby the batch was planned on, which every
-    reading connection must have reached (replayed_at_least). `known`, `check`: see BatchRead."""
+    reading connection must have reached (replayed_at_least). `known`, `check`: see BatchRead;
+    `txids`: see batch_query."""
     url, props = _props(jdbc, *([replayed_at_least(replayed)] if replayed is not None else []))
 
     def make() -> "DataFrame":
-        frame = spark.read.jdbc(url, f"({batch_query(t, columns, batch)}) pgcdc_q", predicates=shares(t, partitions),
-                                properties=props)
+        frame = spark.read.jdbc(url, f"({batch_query(t, columns, batch, txids)}) pgcdc_q",
+                                predicates=shares(t, partitions), properties=props)
         return restored(frame, columns, t.key_columns)
     return BatchRead(make, list(t.key_columns), known, check)
 

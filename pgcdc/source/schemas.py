@@ -22,6 +22,7 @@ class SchemaAttach:
     attached: list[capture.AttachedTable] = field(default_factory=list)
     already: list[str] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)
+    matched: set[str] = field(default_factory=set)  # the excluded columns some table of the schema has
 
 
 def _schema_oid(conn: psycopg.Connection, schema: str) -> tuple[int, str]:
@@ -46,20 +47,36 @@ def _tables(conn: psycopg.Connection, oid: int) -> list[tuple[int, str]]:
         "and not c.relispartition order by c.relname", (oid,))]
 
 
-def attach_schema(conn: psycopg.Connection, schema: str) -> SchemaAttach:
+def _column_names(conn: psycopg.Connection, rel: int) -> set[str]:
+    return {r[0] for r in conn.execute("select attname::text from pg_attribute where attrelid = %s and attnum > 0 "
+                                       "and not attisdropped", (rel,))}
+
+
+def attach_schema(conn: psycopg.Connection, schema: str, exclude_columns: list[str] | None = None) -> SchemaAttach:
     """Attach each table of `schema` not attached yet (one transaction each: a refusal undoes
-    only that table), and remember the schema with the tables refused."""
+    only that table), and remember the schema with the tables refused. `exclude_columns`: left
+    out of each table that has any of them (docs/columns.md)."""
     capture.require_schema(conn)
     oid, name = _schema_oid(conn, schema)
     done = SchemaAttach(name)
-    attached = {t.name for t in capture.list_attached(conn)}
+    attached = {t.name: t for t in capture.list_attached(conn)}
     refused: list[int] = []
     for rel, table in _tables(conn, oid):
-        if table in attached:
-            done.already.append(table)
-            continue
+        present = [c for c in exclude_columns or [] if c in _column_names(conn, rel)]
+        done.matched.update(present)
+        t = attached.get(table)
         try:
-            done.attached.append(capture.attach(conn, table))
+            if t is None:
+                done.attached.append(capture.attach(conn, table, exclude_columns=present or None))
+            elif set(present) <= set(t.chosen or []) and t.column_mode == "except" or not present:
+                done.already.append(table)
+            elif t.column_mode == "only":
+                raise TableError(f"{table} is attached with --columns {', '.join(t.chosen or [])}: attach it on its "
+                                 "own with the columns it should keep")
+            else:  # attached already: it leaves these out too, its other options as they are
+                done.attached.append(capture.attach(
+                    conn, table, key=t.key_columns, predicate=t.predicate, shard=t.shard, into=t.into,
+                    delta_partition_by=t.delta_partition_by, exclude_columns=sorted(set(present) | set(t.chosen or []))))
         except TableError as exc:
             done.refused.append((table, str(exc)))
             refused.append(rel)

@@ -77,8 +77,9 @@ def pg_columns(conn: "psycopg.Connection", table: str) -> list[tuple[str, str, b
         "case when a.atttypmod >= 4 then ((a.atttypmod - 4) >> 16) & 65535 end "
         "from pg_attribute a join pg_type t on t.oid = a.atttypid "
         "left join pg_type e on e.oid = t.typelem and t.typcategory = 'A' "
-        "where a.attrelid = %s::regclass and a.attnum > 0 and not a.attisdropped order by a.attnum",
-        (table,)).fetchall()
+        "where a.attrelid = %s::regclass and a.attnum > 0 and not a.attisdropped "
+        "and a.attname::text = any(pgcdc.kept_columns(%s::regclass)) order by a.attnum",
+        (table, table)).fetchall()
 
 
 # --- Delta's side -------------------------------------------------------------------------------

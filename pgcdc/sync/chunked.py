@@ -132,7 +132,8 @@ def _chunk(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, 
         new = state.chunk(progress)
         mark_committing(primary, new, path)  # (after the snapshot the chunk reads)
         faults.failpoint("before-chunk-commit")
-        written = target.replace_rows(job.spark, path, frame, new, chunks.delta_where(key, chunk.lo, chunk.hi))
+        written = target.replace_rows(job.spark, path, frame, new, chunks.delta_where(key, chunk.lo, chunk.hi),
+                                      t.key_columns, job.landing)
     job.committed(primary, path, new, written, copied=first)
     faults.failpoint("after-chunk-commit")
     return new, written.upserted

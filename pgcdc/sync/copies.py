@@ -69,7 +69,7 @@ def copy_table(job: "Job", primary: psycopg.Connection, reader: psycopg.Connecti
     size = partitions.size(reader, t.name)
     key, uncut = chunks.cut_key(reader, t, columns)
     log = tablelog.read_state(job.spark, path, need_txns=False)
-    if whole_copy_reason(log, t, job.source_schema(jdbc, t, columns), size, chunk_rows(job.settings.copies, size),
+    if whole_copy_reason(log, t, job.target_schema(jdbc, t, columns), size, chunk_rows(job.settings.copies, size),
                          uncut) is None:
         assert key is not None
         return copy_in_chunks(job, primary, reader, jdbc, identity, t, columns, path, report, key, None, last_batch,
@@ -101,7 +101,7 @@ def _copy(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, j
             mark_committing(primary, state, path)  # after the snapshot the copy reads
             faults.failpoint("before-copy-commit")
         written = None
-        if engine is not None and copy_on_driver(size.bytes, engine.name) and not partition_columns(t):
+        if engine is not None and copy_on_driver(size.bytes, engine.name, t, job.landing):
             written = engine.copy(CopyWork(job.spark, path, lambda: enrich.fetch_table(reader, t, columns),
                                            job.source_schema(jdbc, t, columns), t.key_columns, state,
                                            before_commit))
@@ -109,7 +109,7 @@ def _copy(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, j
             rows = enrich.read_table(job.spark, jdbc, t, columns, job.settings.ingest.jdbc_partitions,
                                      size.pages, exported)
             before_commit()
-            written = target.overwrite(job.spark, path, rows, state, partition_columns(t))
+            written = target.overwrite(job.spark, path, rows, state, t.key_columns, job.landing, partition_columns(t))
     job.committed(primary, path, state, written, copied=True)
     report.copied = written.upserted
     return state
@@ -133,7 +133,7 @@ def resync_table(job: "Job", primary: psycopg.Connection, reader: psycopg.Connec
     """Copy one table again from scratch (runs.resync_tables goes over the tables)."""
     s = job.settings
     path, recorded, report, columns = job.open_table(primary, reader, t)
-    create_target(job, primary, t, path, job.source_schema(jdbc, t, columns))
+    create_target(job, primary, t, path, job.target_schema(jdbc, t, columns))
     target.check_owner(job.spark, path, s.consumer, None if recorded else t.target_name, t.into is not None)
     last = committed_batch(job.spark, path, job.key(t)) or 0
     engine = job.chooser.choose(path).engine

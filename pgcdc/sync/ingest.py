@@ -22,6 +22,7 @@ import psycopg
 from pgcdc import faults
 from pgcdc.engines import BatchWork, Chooser, Engine
 from pgcdc.errors import TargetError
+from pgcdc.lake.landing import Landing
 from pgcdc.lake import catalog, tablelog, target
 from pgcdc.lake.state import committed_batch, load_state, read_state_file, write_state_file
 from pgcdc.lake.target import Written
@@ -70,6 +71,7 @@ class Job:
         self.schemas: dict[int, tuple[object, "StructType"]] = {}  # by table id: its columns and their Spark schema
         self.compactor = compact.Compactor(spark, settings.spark.conf)  # small files, beside the run
         self.connections = SourceConnections(settings.source, keep=following)  # a follower's: kept between runs
+        self.landing = Landing.of(settings.target)  # what lands beside the source's columns
         self.chooser = Chooser(spark, settings.ingest.engine)  # refuses an engine this Delta build cannot run
         self.on_copy: Callable[[str, float, float | None], None] | None = None  # (table, done 0-1, seconds left)
         self.lanes: list[Job] = []  # Jobs beside this one applying tables at once (runs.lane_jobs), kept
@@ -110,7 +112,7 @@ class Job:
                    identity: str, t: AttachedTable) -> TableReport:
         s = self.settings
         path, recorded, report, columns = self.open_table(primary, reader, t)
-        source = self.source_schema(jdbc, t, columns)
+        source = self.target_schema(jdbc, t, columns)
         key, fan_in = self.key(t), t.into is not None
         copies.create_target(self, primary, t, path, source)
         target.check_owner(self.spark, path, s.consumer, None if recorded else t.target_name, fan_in)
@@ -215,6 +217,11 @@ class Job:
             kept = self.schemas[t.table_id] = (key, enrich.schema_of(self.spark, jdbc, t, columns))
         return kept[1]
 
+    def target_schema(self, jdbc: dict[str, str], t: AttachedTable, columns: list[Column]) -> "StructType":
+        """The columns of the table's Delta table: the source's as the sync reads them, and
+        pgcdc's own (lake/landing.py)."""
+        return self.landing.schema(self.source_schema(jdbc, t, columns))
+
     def finish(self, primary: psycopg.Connection, reader: psycopg.Connection, state: ConsumerState, path: str,
                report: TableReport, engine: Engine | None = None, columns: str = "") -> TableReport:
         """Mirror the state (also tells `pgcdc status` this run happened), let the engine tidy
@@ -274,7 +281,8 @@ class Job:
         new_state = batch.next_state(state)
 
         def check(schema: "StructType") -> None:  # the JDBC relation's columns, once Spark reads it
-            changed = columns_changed(self.spark, self.settings, t, path, schema) if t.into is None else \
+            changed = columns_changed(self.spark, self.settings, t, path, self.landing.schema(schema)) \
+                if t.into is None else \
                 target.schema_change(self.source_schema(jdbc, t, columns), schema)
             if changed is not None:
                 raise ColumnsChanged(changed)
@@ -282,13 +290,13 @@ class Job:
         def read() -> enrich.BatchRead:
             # the rows' schema is the one this run checked against the Delta table (same columns)
             rows = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions, snap.replayed,
-                                     self.source_schema(jdbc, t, columns), check)
+                                     self.source_schema(jdbc, t, columns), check, txids=self.landing.metadata)
             faults.failpoint("before-merge")
             return rows
 
         try:
             written = engine.apply(BatchWork(self.spark, path, t, columns, batch, reader, row_bytes, s, new_state,
-                                             read, lambda: mark_committing(primary, new_state, path)))
+                                             read, lambda: mark_committing(primary, new_state, path), self.landing))
         except Exception as exc:  # a column renamed or dropped after the run checked them: a copy covers it
             if source_state(exc) != UNDEFINED_COLUMN:
                 raise

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
+    from pgcdc.lake.landing import Landing
     from pgcdc.lake.tablelog import LogState
     from pgcdc.settings import Settings
     from pgcdc.source.capture import AttachedTable
@@ -136,12 +137,13 @@ def whole_copy_reason(log: "LogState", t: "AttachedTable", source: "StructType",
     return None
 
 
-def copy_on_driver(table_bytes: int, engine: str) -> bool:
+def copy_on_driver(table_bytes: int, engine: str, t: "AttachedTable", landing: "Landing") -> bool:
     """Whether a copy of a table of `table_bytes` (pg_table_size) is offered to the engine to
     write on the driver (Engine.copy; it may still leave it to Spark): a small table, whose
     rows fit in the driver's memory many times over, with the fast engine (the merge engine
-    uses Delta's public API alone)."""
-    return engine == "fast" and table_bytes <= SMALL_TABLE
+    uses Delta's public API alone), whose Delta table is not partitioned and holds the source's
+    columns alone (pgcdc's own, lake/landing.py, are Spark's to write)."""
+    return engine == "fast" and table_bytes <= SMALL_TABLE and not partition_columns(t) and not landing.fields()
 
 
 def compact_reason(log: "LogState", compact_files: int, shard: int | None = None) -> str | None:

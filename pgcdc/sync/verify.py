@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from psycopg import sql
 
 from pgcdc.errors import TargetError
-from pgcdc.lake import shards, tablelog, target
-from pgcdc.lake.paths import target_path
+from pgcdc.lake import landing, shards, tablelog, target
+from pgcdc.lake.paths import spark_ident, target_path
 from pgcdc.lake.state import app_id, load_state
 from pgcdc.source import access
 from pgcdc.source.capture import AttachedTable
@@ -142,6 +142,9 @@ def _compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable
     from pyspark.sql import functions as F
 
     delta = spark.read.format("delta").load(path)
+    if landing.DELETED in delta.columns:  # soft deletes: the rows PostgreSQL still has
+        delta = delta.where(f"not {spark_ident(landing.DELETED)}")
+    delta = delta.drop(*landing.NAMES)  # (pgcdc's own columns: lake/landing.py)
     pg_cols = canon.pg_columns(conn, t.name)
     names = [c[0] for c in pg_cols]
     if t.fan_in_shard is not None:  # a fan-in source's rows: its shard's, in the columns it has

@@ -1,5 +1,5 @@
--- pgcdc.attach(tbl, key_columns, predicate, shard, into_table, delta_partition_by): start capturing a
--- table's changes.
+-- pgcdc.attach(tbl, key_columns, predicate, shard, into_table, delta_partition_by, columns,
+-- exclude_columns): start capturing a table's changes.
 -- Attaching an attached table again with the same key, predicate and into_table updates its shard
 -- and regenerates its capture code; with another key, predicate or into_table it is attached anew
 -- (a new table_id: its consumers copy it again). Returns the table_id.
@@ -8,23 +8,29 @@
 -- delta_partition_by: a column of the table its Delta table is partitioned by (readers that filter
 -- on it skip the other partitions); attaching again with another (or none) makes each consumer's
 -- next run copy the table in the new layout.
+-- columns / exclude_columns: the columns its sync reads (pgcdc._choose_columns; the key always);
+-- the readers `pgcdc grant` made may then read those alone. Another choice on a table attached
+-- already makes each consumer's next run copy it with the new columns (its columns changed).
 -- Touches: pgcdc.attached, and (through _generate_capture) a capture function and four triggers.
 -- Errors (SQLSTATE): PC001 no primary key, PC002 bad key columns, PC003 bad predicate,
 -- PC004 key of a type whose text form or equality pgcdc cannot keep exact, PC006 a fan-in that does
--- not fit (no shard, a shard taken, another shape, a name an attached table has) or a
+-- not fit (no shard, a shard taken, another shape or column choice, a name an attached table has) or a
 -- delta_partition_by that is no column (or beside a fan-in), PC005 a partition
 -- (its root is attached instead) or a table of an inheritance tree (statements aimed at a child
--- bypass the parent's triggers), 42809 not a table. A partitioned table is captured whole: every
+-- bypass the parent's triggers), PC007 a column choice that does not fit, 42809 not a table. A partitioned table is captured whole: every
 -- table of its tree, at any depth (_generate_capture).
 drop function if exists pgcdc.attach(regclass, text[], text, int);  -- (schema v9's)
 drop function if exists pgcdc.attach(regclass, text[], text, int, text);
+drop function if exists pgcdc.attach(regclass, text[], text, int, text, text);  -- (schema v11's)
 create or replace function pgcdc.attach(
     tbl regclass,
     key_columns text[] default null,
     predicate text default null,
     shard int default null,
     into_table text default null,
-    delta_partition_by text default null
+    delta_partition_by text default null,
+    columns text[] default null,
+    exclude_columns text[] default null
 ) returns int
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -36,13 +42,14 @@ declare
     v_refused text;
     v_predicate text;
     v_pred_cols text[];
-    v_role name;
     v_attnums int2[];
+    v_choice record;
     v_members oid[];
     v_other record;
     v_diff text;
     v_layout text;
     v_was boolean := false;  -- attached already (with the same options: the same table_id)
+    v_rechosen boolean := false;  -- attached already, with another column choice
 begin
     perform pgcdc._forget_dropped();
     if (select relkind from pg_class where oid = tbl) not in ('r', 'p') then
@@ -206,31 +213,55 @@ begin
     -- each consumer's next run copies the table: ingest.py copy_reason)
     v_attnums := (select array_agg(a.attnum order by u.o) from unnest(v_cols) with ordinality u(c, o)
                     join pg_attribute a on a.attrelid = tbl and a.attname = u.c);
+    v_choice := pgcdc._choose_columns(tbl, v_attnums, columns, exclude_columns, v_pred_cols);
+    if delta_partition_by is not null
+       and not delta_partition_by = any(pgcdc._kept_names(tbl, v_choice.mode, v_choice.attnums, v_choice.names,
+                                                          v_attnums)) then
+        raise exception using errcode = 'PC007',
+            message = format('%s partitions its Delta table by column %s, which the column choice leaves out',
+                             tbl, delta_partition_by),
+            hint = 'keep that column, or partition by another';
+    end if;
+    if into_table is not null then
+        select a.relid into v_other from pgcdc.attached a
+         where a.into_table = attach.into_table and a.relid <> tbl order by a.table_id limit 1;
+        if v_other.relid is not null and pgcdc.kept_columns(v_other.relid) is distinct from
+               pgcdc._kept_names(tbl, v_choice.mode, v_choice.attnums, v_choice.names, v_attnums) then
+            raise exception using errcode = 'PC006',
+                message = format('%s would land other columns than %s, which lands in %s (its columns: %s)', tbl,
+                                 v_other.relid, into_table, array_to_string(pgcdc.kept_columns(v_other.relid), ', ')),
+                hint = 'give every source of a fan-in the same --columns or --exclude-columns';
+        end if;
+    end if;
     select table_id into v_id from pgcdc.attached t  -- (by column number: a renamed key is the same key)
      where t.relid = tbl and (t.key_attnums, t.predicate, t.into_table)
                              is distinct from (v_attnums, v_predicate, attach.into_table);
     if v_id is not null then
         perform pgcdc._forget(v_id, null);
     end if;
-    select t.members, t.delta_partition_by, true into v_members, v_layout, v_was
+    select t.members, t.delta_partition_by, true, (t.column_mode, t.column_attnums, t.column_names)
+           is distinct from (v_choice.mode, v_choice.attnums, v_choice.names)
+      into v_members, v_layout, v_was, v_rechosen
       from pgcdc.attached t where t.relid = tbl;
 
     insert into pgcdc.attached as t (relid, table_name, key_columns, key_types, predicate, predicate_columns, shard,
-                                     key_attnums, into_table, delta_partition_by)
+                                     key_attnums, into_table, delta_partition_by, column_mode, column_attnums,
+                                     column_names)
     values (tbl, tbl::text, v_cols, v_types, v_predicate, v_pred_cols, shard, v_attnums, attach.into_table,
-            attach.delta_partition_by)
+            attach.delta_partition_by, v_choice.mode, v_choice.attnums, v_choice.names)
     on conflict (relid) do update
         set key_columns = excluded.key_columns, key_types = excluded.key_types,
             predicate = excluded.predicate, predicate_columns = excluded.predicate_columns, shard = excluded.shard,
             table_name = excluded.table_name, delta_partition_by = excluded.delta_partition_by,
-            key_attnums = excluded.key_attnums
+            key_attnums = excluded.key_attnums, column_mode = excluded.column_mode,
+            column_attnums = excluded.column_attnums, column_names = excluded.column_names
     returning t.table_id into v_id;
     delete from pgcdc.forgotten f where f.table_name = tbl::text;
     delete from pgcdc.shard_gone g where g.into_table = attach.into_table and g.shard = attach.shard;
 
     perform pgcdc._generate_capture(v_id);
-    if v_was and v_layout is distinct from attach.delta_partition_by then
-        perform pgcdc._queue_copy(v_id);  -- every consumer writes its Delta table in the new layout
+    if v_was and (v_layout is distinct from attach.delta_partition_by or v_rechosen) then
+        perform pgcdc._queue_copy(v_id);  -- every consumer writes its Delta table in the new layout (or columns)
     end if;
     if v_members is distinct from (select t.members from pgcdc.attached t where t.table_id = v_id)
        and v_members is not null then
@@ -238,11 +269,7 @@ begin
         perform pgcdc._queue_copy(v_id);
     end if;
     -- the reader roles `pgcdc grant` made may read it (docs/security.md)
-    for v_role in select g.role_name from pgcdc.grantee g where g.kind = 'reader' loop
-        execute format('grant usage on schema %I to %I', (select n.nspname from pg_class c join pg_namespace n
-                                                            on n.oid = c.relnamespace where c.oid = tbl), v_role);
-        execute format('grant select on %s to %I', tbl, v_role);
-    end loop;
+    perform pgcdc._grant_readers(v_id);
     return v_id;
 end
 $fn$;

@@ -1,7 +1,8 @@
 -- pgcdc.grant(role, kind): grant a role what pgcdc's `reader` (ingest, status, verify, on the
 -- primary and through replication on a standby) or `admin` (also attach, detach, install
 -- upkeep, consumers, retention) needs, and nothing more; docs/security.md lists it. A reader
--- may read the attached tables (attach grants it each table attached later) and the queue, and
+-- may read the attached tables (attach grants it each table attached later; a table attached with a
+-- column choice, only its kept columns: pgcdc._read_grants) and the queue, and
 -- write consumer states and runs and its workers' leases; it gets no TRUNCATE, no DDL.
 -- Returns the statements it ran. Run it as the installer (or a superuser).
 -- Touches: privileges of `role`, pgcdc.grantee.
@@ -32,14 +33,15 @@ begin
                'pgcdc._unfit(text, text, text, text, text), pgcdc.consumer_lock(text), pgcdc.consumer_holder(text), '
                'pgcdc._lock_held(int, int), pgcdc._lock_space(), pgcdc._take_key(), pgcdc._forget_dropped(), '
                'pgcdc.worker_lock(text, text), pgcdc.worker_unlock(text), pgcdc.table_lock(text, int[]), '
-               'pgcdc.table_unlock(text, int[]), pgcdc._worker_alive(text, int), pgcdc._workers(text) to %s',
+               'pgcdc.table_unlock(text, int[]), pgcdc._worker_alive(text, int), pgcdc._workers(text), '
+               'pgcdc._kept(text, int2[], text[], int2[], int2, name), pgcdc.kept_columns(regclass), '
+               'pgcdc._kept_names(regclass, text, int2[], text[], int2[]) to %s',
                p_role)];
     stmts := stmts || array(select distinct format('grant usage on schema %I to %s', n.nspname, p_role)
                               from pgcdc.attached a join pg_class c on c.oid = a.relid
                               join pg_namespace n on n.oid = c.relnamespace)
-                   || array(select format('grant select on %s to %s', a.relid, p_role)
-                              from pgcdc.attached a where exists (select 1 from pg_class c where c.oid = a.relid)
-                             order by a.table_id);
+                   || array(select g from pgcdc.attached a cross join lateral unnest(pgcdc._read_grants(a.relid, p_role)) g
+                             where exists (select 1 from pg_class c where c.oid = a.relid) order by a.table_id);
     if kind = 'admin' then
         stmts := stmts || array[
             format('grant usage, create on schema pgcdc to %s with grant option', p_role),

@@ -5,7 +5,7 @@
 -- attached table that changed its columns,
 -- in the DDL's own transaction: follow renamed key columns (by number), regenerate the capture
 -- code, and queue a T event so every consumer copies the table again (its Delta copy has the
--- old columns). If the key or the predicate no longer exists, capture stops (its triggers are
+-- old columns); with --exclude-columns, let the readers read a column added. If the key or the predicate no longer exists, capture stops (its triggers are
 -- dropped; `pgcdc status` says so) rather than fail the application's statements.
 -- Touches: pgcdc.attached, capture functions and triggers, pgcdc.commit_queue.
 create or replace function pgcdc._on_ddl()
@@ -57,6 +57,14 @@ begin
             continue;
         end;
         perform pgcdc._queue_copy(a.table_id);
+        if a.column_mode = 'except' then
+            begin  -- a column added is kept: the readers may read it (column grants name each column)
+                perform pgcdc._grant_readers(a.table_id);
+            exception when insufficient_privilege then
+                raise warning 'pgcdc: could not let pgcdc''s readers read the new columns of %: %', a.relid, sqlerrm
+                    using hint = 'run `pgcdc grant ROLE --reader` again as the role that installed pgcdc';
+            end;
+        end if;
     end loop;
     -- a partitioned table's tree changed (a partition created, attached or detached, at any
     -- depth): capture follows it in this transaction; the rows an attached partition brought

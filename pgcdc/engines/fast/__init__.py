@@ -20,6 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
 from pgcdc.engines.fast import commit, driver_copy, driver_write, key_index
+from pgcdc.lake import landing
 from pgcdc.lake.paths import local_folder
 from pgcdc.source import enrich
 from pgcdc.spark.jvm import in_background
@@ -63,6 +64,9 @@ def unfit(path: str, log: "LogState") -> str | None:
         return "the table has the change data feed on (delta.enableChangeDataFeed)"
     if config.get("delta.enablerowtracking") == "true" or "rowTracking" in features:
         return "the table has row tracking (delta.enableRowTracking)"
+    if own := [f.name for f in log.schema().fields if f.name in landing.NAMES]:
+        return (f"the table holds pgcdc's columns {', '.join(own)} (target.deletes = \"soft\", "
+                "target.metadata_columns)")
     if config.get("delta.enabledeletionvectors") != "true":
         return "the table has no deletion vectors (delta.enableDeletionVectors)"
     if config.get("delta.columnmapping.mode", "none") not in ("none", "name"):
