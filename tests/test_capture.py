@@ -266,7 +266,7 @@ def test_cli_attach_list_status(db: psycopg.Connection, dsn: str, tmp_path: Path
     assert "attached public.orders (key id, where (status <> 'x'::text), shard 2)" in capsys.readouterr().out
     db.execute("insert into orders values (1, 'a'), (2, 'b')")
     assert main(["--config", str(cfg), "list"]) == 0
-    assert "public.orders  id   (status <> 'x'::text)  2" in capsys.readouterr().out
+    assert "public.orders  id   all      (status <> 'x'::text)  2" in capsys.readouterr().out
     assert main(["--config", str(cfg), "status"]) == 1  # attention needed: a scheduler sees it too
     out = capsys.readouterr().out
     assert "public.orders" in out and "never synced: public.orders" in out and out.startswith("status: ATTENTION")

@@ -181,3 +181,22 @@ def test_a_schema_attach_leaves_the_columns_out_of_every_table_that_has_them(db:
     assert by_name["app.a"].choice == "all but ssn" and by_name["app.b"].column_mode is None
     assert by_name["app.c"].choice == "all but ssn" and done.matched == {"ssn"}
     assert sorted(t.name for t in done.attached) == ["app.a", "app.b", "app.c"]
+
+
+def test_cli_attach_list_and_check_show_the_choice(db: psycopg.Connection, dsn: str, tmp_path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from pgcdc.cli.main import main
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"[source]\ndsn = \"{dsn}\"\n[target]\nroot = \"{tmp_path}\"\n")
+    db.execute("create table staff (id int primary key, name text, password text, picture bytea)")
+    assert main(["--config", str(cfg), "attach", "staff", "--exclude-columns", "password, picture"]) == 0
+    assert ("attached public.staff (key id, all but password, picture (no other column is read))"
+            in capsys.readouterr().out)
+    assert main(["--config", str(cfg), "list"]) == 0
+    assert "public.staff  id   all but password, picture" in capsys.readouterr().out
+    assert main(["--config", str(cfg), "check"]) == 0  # (the test's role is a superuser: it may read them)
+    assert ("note: public.staff leaves out password, picture, but role postgres may read them"
+            in capsys.readouterr().out)
+    assert main(["--config", str(cfg), "attach", "staff", "--columns", "nam"]) == 2
+    assert "table public.staff has no column nam" in capsys.readouterr().err

@@ -56,10 +56,11 @@ def readable_left_out(conn: psycopg.Connection) -> list[tuple[str, list[str]]]:
     session's role may still read (`pgcdc check` says so: the grant, not only the sync, should
     keep them out; docs/columns.md)."""
     rows = conn.execute(
-        "select a.relid::text, array_agg(t.attname::text order by t.attnum) from pgcdc.attached a "
+        "select format('%I.%I', n.nspname, c.relname), array_agg(t.attname::text order by t.attnum) "
+        "from pgcdc.attached a join pg_class c on c.oid = a.relid join pg_namespace n on n.oid = c.relnamespace "
         "join pg_attribute t on t.attrelid = a.relid and t.attnum > 0 and not t.attisdropped "
         "where a.column_mode is not null "
         "  and not pgcdc._kept(a.column_mode, a.column_attnums, a.column_names, a.key_attnums, t.attnum, t.attname) "
         "  and has_column_privilege(a.relid, t.attnum, 'SELECT') "
-        "group by a.relid order by 1").fetchall()
+        "group by 1 order by 1").fetchall()
     return [(table, list(columns)) for table, columns in rows]
