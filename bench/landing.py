@@ -68,7 +68,8 @@ def main() -> None:
                 timed(f"first sync: {name}", lambda: run_job(jobs[name]))
             results: dict[int, dict[str, list[float]]] = {}
             for changes in args.changes:
-                every = max(10, args.rows // changes)
+                every = max(2, args.rows // changes)
+                changes = args.rows // every  # (what the rounds change: every `every`th row updated)
                 print(f"\n{changes} changes a round (every {every}th row updated, every {every * 10}th deleted), "
                       f"{args.rounds} rounds", flush=True)
                 results[changes] = {name: [] for name in SHAPES}
@@ -76,7 +77,8 @@ def main() -> None:
                     for table in ("wide", "wide_cols"):
                         conn.execute(f"update {table} set a = a + 1 where id % {every} = {r}")
                         conn.execute(f"delete from {table} where id % {every * 10} = {r + 1}")
-                    conn.execute("vacuum wide; vacuum wide_cols; checkpoint")
+                    for statement in ("vacuum wide", "vacuum wide_cols", "checkpoint"):
+                        conn.execute(statement)
                     names = list(SHAPES)
                     for name in names[r % len(names):] + names[:r % len(names)]:
                         results[changes][name].append(timed(f"round {r + 1}: {name}", lambda: run_job(jobs[name])))
