@@ -295,8 +295,8 @@ def replace_rows(spark: "SparkSession", path: str, rows: "DataFrame", state: Con
     row) by `rows` (read from PostgreSQL, keyed by `keys`; with soft deletes, and the replaced rows
     whose keys it no longer finds, marked: `landing`) in one commit carrying the state, with
     Delta's public replaceWhere: every other row stays readable, and Delta refuses a row outside
-    `where`. The columns stay the table's (a
-    copy that changes them is one `overwrite`), except for a fan-in source's (`state.shard`):
+    `where`. The columns stay the table's (a copy that changes them is one `overwrite`), except
+    for a fan-in source's (`state.shard`):
     its rows replace those of its shard's partition only, leaving the other sources' files as
     they are; a column the Delta table lacks is added (nullable: the other sources' rows hold
     null there), a column the source lacks is null in its rows, and a column of another type is

@@ -62,7 +62,7 @@ def attach_schema(conn: psycopg.Connection, schema: str, exclude_columns: list[s
     attached = {t.name: t for t in capture.list_attached(conn)}
     refused: list[int] = []
     for rel, table in _tables(conn, oid):
-        present = [c for c in exclude_columns or [] if c in _column_names(conn, rel)]
+        present = sorted(set(exclude_columns) & _column_names(conn, rel)) if exclude_columns else []
         done.matched.update(present)
         t = attached.get(table)
         try:

@@ -128,15 +128,16 @@ as $fn$
 declare
     v_role regrole;
     v_stmt text;
+    v_rel regclass;
+    v_schema name;
 begin
+    select a.relid, n.nspname into v_rel, v_schema from pgcdc.attached a join pg_class c on c.oid = a.relid
+      join pg_namespace n on n.oid = c.relnamespace where a.table_id = p_table_id;
     for v_role in select to_regrole(g.role_name) from pgcdc.grantee g
                    where g.kind = 'reader' and to_regrole(g.role_name) is not null
     loop
-        execute format('grant usage on schema %I to %s', (select n.nspname from pg_class c join pg_namespace n
-                                                            on n.oid = c.relnamespace join pgcdc.attached a
-                                                            on a.relid = c.oid where a.table_id = p_table_id), v_role);
-        foreach v_stmt in array pgcdc._read_grants((select a.relid from pgcdc.attached a where a.table_id = p_table_id),
-                                                   v_role) loop
+        execute format('grant usage on schema %I to %s', v_schema, v_role);
+        foreach v_stmt in array pgcdc._read_grants(v_rel, v_role) loop
             execute v_stmt;
         end loop;
     end loop;
