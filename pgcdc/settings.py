@@ -71,6 +71,11 @@ class TargetSettings(BaseModel):
         description="add _pgcdc_synced_at (when the commit that wrote the row was made) and _pgcdc_txid (the "
         "greatest source txid of the changes it applied to the row; a copy's: its watermark) to every row "
         "(applied by the merge engine; docs/columns.md)")
+    history: bool = Field(
+        default=False,
+        description="also keep <table>__history beside each table: a row version per commit that changed the row, "
+        "with _pgcdc_valid_from/_valid_to, _pgcdc_is_current (turns the change data feed on, so the merge engine "
+        "applies it; docs/history.md)")
     database: str | None = Field(
         default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
         description="also register each table in the Spark session's catalog as <database>.<schema>_<table> "

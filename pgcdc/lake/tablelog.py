@@ -246,7 +246,7 @@ def commit_info(spark: "SparkSession", path: str, version: int) -> dict[str, Any
     return {}
 
 
-def _commit_actions(spark: "SparkSession", path: str, version: int) -> list[dict[str, Any]] | None:
+def commit_actions(spark: "SparkSession", path: str, version: int) -> list[dict[str, Any]] | None:
     """The actions of commit `version`; None if the log no longer holds it."""
     text = _read(spark, f"{_log(path)}/{version:020d}.json")
     return None if text is None else [json.loads(line) for line in text.splitlines() if line.strip()]
@@ -260,7 +260,7 @@ def writes_since(spark: "SparkSession", path: str, app_id: str, limit: int = 100
     newest = latest_version(spark, path)
     found = []
     for version in range(newest, max(newest - limit, -1), -1):
-        actions = _commit_actions(spark, path, version)
+        actions = commit_actions(spark, path, version)
         if actions is None or any((a.get("txn") or {}).get("appId") == app_id for a in actions):
             break
         if siblings and any(str((a.get("txn") or {}).get("appId", "")).startswith(siblings) for a in actions):
@@ -286,7 +286,7 @@ def added_missing(spark: "SparkSession", path: str, version: int, limit: int = 3
     if folder is None:
         return []
     files = []
-    for action in _commit_actions(spark, path, version) or []:
+    for action in commit_actions(spark, path, version) or []:
         add = action.get("add")
         if isinstance(add, dict):
             files.append(_data_file(folder, add["path"]))

@@ -116,7 +116,7 @@ def is_delta(spark: "SparkSession", path: str) -> bool:
 def properties(target: "TargetSettings") -> dict[str, str]:
     """The Delta table properties `target` asks for (docs/configuration.md, [target])."""
     props = {"delta.enableDeletionVectors": str(target.deletion_vectors).lower()}
-    if target.change_data_feed:
+    if target.change_data_feed or target.history:  # (the history is folded from it: lake/history.py)
         props["delta.enableChangeDataFeed"] = "true"
     if target.row_tracking:
         props["delta.enableRowTracking"] = "true"
@@ -272,7 +272,7 @@ def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: Consum
     have = list(log.metadata.get("partitionColumns") or [])
     want = have if partition_by is None else partition_by
     if schema_change(log.schema(), rows.schema) is not None or want != have:
-        _map_columns_if_needed(spark, path, log, rows.schema)
+        map_columns_if_needed(spark, path, log, rows.schema)
         writer = _plain(rows).write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
             .partitionBy(*want)
     with state_commit(spark, state), conflicts(path, "its copy"):
@@ -311,7 +311,7 @@ def replace_rows(spark: "SparkSession", path: str, rows: "DataFrame", state: Con
         schema = log.schema()
         shards.check_fits(path, state.table, schema, rows.schema)
         if {f.name for f in rows.schema.fields} - {f.name for f in schema.fields}:
-            _map_columns_if_needed(spark, path, log, rows.schema)
+            map_columns_if_needed(spark, path, log, rows.schema)
             merge = True
         rows = shards.with_shard(_plain(rows), state.shard)
         where = in_shard
@@ -333,7 +333,7 @@ def _plain(rows: "DataFrame") -> "DataFrame":
     return rows.select(*[F.coalesce(F.col(spark_ident(c))).alias(c) for c in rows.columns])
 
 
-def _map_columns_if_needed(spark: "SparkSession", path: str, log: "tablelog.LogState", schema: "StructType") -> None:
+def map_columns_if_needed(spark: "SparkSession", path: str, log: "tablelog.LogState", schema: "StructType") -> None:
     """Turn column mapping on (before a write that sets the table's schema) if a column name of
     `schema` needs it and the table (as `log` has it) does not have it yet."""
     if needs_column_mapping(schema) and log.configuration.get("delta.columnMapping.mode", "none") == "none":

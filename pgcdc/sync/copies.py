@@ -138,4 +138,4 @@ def resync_table(job: "Job", primary: psycopg.Connection, reader: psycopg.Connec
     last = committed_batch(job.spark, path, job.key(t)) or 0
     engine = job.chooser.choose(path).engine
     state = copy_table(job, primary, reader, jdbc, identity, t, columns, path, report, last, engine)
-    return job.finish(primary, reader, state, path, report, columns=fingerprint(t.name, t.key_columns, columns))
+    return job.finish(primary, reader, t, state, path, report, columns=fingerprint(t.name, t.key_columns, columns))

@@ -3,12 +3,12 @@
 Before a run goes over its tables one by one, three queries look at all of them at once: the
 mirrored states (primary), every table's live columns and the queue from each table's
 watermark on (reader, one snapshot). A table whose state this process knows (or its state file
-holds), that PostgreSQL's mirror agrees with, whose columns are the ones its Delta table was
-checked against, whose capture covers its partition tree (partitions.gaps) and whose queue
-holds nothing to apply below the horizon is idle: only its
-mirrored watermark moves (one statement for all of them). Every other table takes the full
-path (`ingest.Job.sync_table`), which checks its Delta table. What decides is `plan.idle_base`
-and `plan.idle_move`.
+holds, and whose history, if kept, holds its every commit), that PostgreSQL's mirror agrees
+with, whose columns are the ones its Delta table was checked against, whose capture covers
+its partition tree (partitions.gaps) and whose queue holds nothing to apply below the
+horizon is idle: only its mirrored watermark moves (one statement for all of them). Every
+other table takes the full path (`ingest.Job.sync_table`), which checks its Delta table.
+What decides is `plan.idle_base` and `plan.idle_move`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from pgcdc.lake import history
 from pgcdc.lake.paths import local_folder, target_root
 from pgcdc.lake.state import read_state_file
 from pgcdc.source import events, partitions
@@ -65,6 +66,8 @@ def pass_idle(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connec
             if known is None or known[1] != m.target:
                 state = read_state_file(job.spark, m.target, job.key(t))
                 known = None if state is None else (state, m.target)
+                if known is not None and job.settings.target.history and history.behind(job.spark, m.target):
+                    continue  # (a kill before its history followed: the full path folds it)
             if known is None:
                 continue
             fp = fingerprint(t.name, t.key_columns, current[t.name])

@@ -23,7 +23,7 @@ from pgcdc import faults
 from pgcdc.engines import BatchWork, Chooser, Engine
 from pgcdc.errors import TargetError
 from pgcdc.lake.landing import Landing
-from pgcdc.lake import catalog, tablelog, target
+from pgcdc.lake import catalog, history, shards, tablelog, target
 from pgcdc.lake.state import committed_batch, load_state, read_state_file, write_state_file
 from pgcdc.lake.target import Written
 from pgcdc.log import fields
@@ -143,8 +143,8 @@ class Job:
                 # between the commit and the file write, and then the lagging state still sees
                 # the committed batch's events as pending, so it is never idle.
                 check_state(primary, quick, identity, t, path)
-                return self.finish(primary, reader, self.moved(path, quick, batch), path, report, choice.engine,
-                                   now)
+                return self.finish(primary, reader, t, self.moved(path, quick, batch), path, report,
+                                   choice.engine, now)
         state = load_state(self.spark, path, key)
         if state is not None:
             state = with_mirror(state, mirror)
@@ -201,7 +201,7 @@ class Job:
                 compacted_at = report.batches
         if report.batches and not self.stopping():  # (each batch added files)
             self.compactor.after_batches(path, t.name, s.ingest.compact_files, t.fan_in_shard)
-        return self.finish(primary, reader, state, path, report, choice.engine, now)
+        return self.finish(primary, reader, t, state, path, report, choice.engine, now)
 
     def key(self, t: AttachedTable) -> str:
         """What the consumer's state of table `t` goes by in its Delta table (lake/state.py)."""
@@ -222,14 +222,18 @@ class Job:
         pgcdc's own (lake/landing.py)."""
         return self.landing.schema(self.source_schema(jdbc, t, columns))
 
-    def finish(self, primary: psycopg.Connection, reader: psycopg.Connection, state: ConsumerState, path: str,
-               report: TableReport, engine: Engine | None = None, columns: str = "") -> TableReport:
-        """Mirror the state (also tells `pgcdc status` this run happened), let the engine tidy
-        its own files, and report. `columns`: the fingerprint of the columns its Delta table was
-        checked against in this run, kept in the state file for the next passes (sync/idle.py)."""
+    def finish(self, primary: psycopg.Connection, reader: psycopg.Connection, t: AttachedTable,
+               state: ConsumerState, path: str, report: TableReport, engine: Engine | None = None,
+               columns: str = "") -> TableReport:
+        """Bring the table's history up to its Delta table (lake/history.py), mirror the state (also
+        tells `pgcdc status` this run happened), let the engine tidy its own files, and report.
+        `columns`: the fingerprint of the columns its Delta table was checked against in this run,
+        kept in the state file for the next passes (sync/idle.py)."""
         if columns and state.columns != columns:
             state = replace(state, columns=columns)
             write_state_file(self.spark, path, state)
+        if self.settings.target.history:
+            self.follow_history(t, path)
         mirror_state(primary, state, path)
         self.known[state.table_id] = (state, path)
         if engine is not None:
@@ -241,6 +245,19 @@ class Job:
         else:
             self.routine(report.line())
         return report
+
+    def follow_history(self, t: AttachedTable, path: str) -> None:
+        """Fold the Delta table's commits its history lacks into it (lake/history.py)."""
+        keys = [*t.key_columns, shards.SHARD] if t.into is not None else t.key_columns
+        name = t.target_name
+        folded = history.catch_up(self.spark, path, keys, self.landing.soft_deletes, self.settings.consumer, name)
+        if folded is not None:
+            self.say(folded.line(t.name), record="history", table=t.name, opened=folded.opened, closed=folded.closed,
+                     mirror_version=folded.last)
+        s = self.settings.target
+        if s.database and (registered := catalog.register(self.spark, s.database, history.history_name(name),
+                                                          history.history_path(path))):
+            self.say(f"{t.name}: its history registered in the catalog as {registered}")
 
     def moved(self, path: str, state: ConsumerState, batch: events.Batch | None) -> ConsumerState:
         """The state once a batch without events (or none) is passed, also kept in the state file,

@@ -1,0 +1,335 @@
+"""History (`[target] history = true`): beside each Delta table, `<table>__history`, a slowly
+changing dimension of type 2 (docs/history.md).
+
+The history is derived from the mirror's own log, never from PostgreSQL: the mirror has the
+change data feed on, and `catch_up` folds the mirror's commits after the last one the
+history holds into one history commit, which records the mirror version it reached in its
+`txn` action (appId APP_ID). One Delta commit cannot span two tables, so the two stay exact
+by order, not by one commit: the mirror commits first; the history follows in the same run
+(Job.finish) or, after a kill between the two, in the next run to reach the table, which
+finds the history behind the mirror and folds the same committed versions (they never
+change, and the txn action makes the fold happen once).
+
+A row version is the row as one mirror commit left it, opened by the first commit (a batch, a
+copy, a chunk of one) that wrote those values and closed by the next that changed or removed
+them: `_pgcdc_from_version`/`_pgcdc_to_version` are the mirror's Delta versions,
+`_pgcdc_valid_from`/`_pgcdc_valid_to` their commit times, `_pgcdc_watermark` the source
+watermark of the opening commit. A commit that rewrote a row with the same values (a copy, a
+batch whose key changed back) opens no version. With soft deletes, a row marked deleted
+counts as gone; pgcdc's own columns never enter the history.
+
+Commits that changed the mirror's schema, and ranges whose change data the log no longer
+has, are folded as a snapshot: the mirror as of that version against the history's current
+rows (closing what it lacks, opening what is new or changed). Old versions are never rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from pgcdc.errors import TargetError
+from pgcdc.lake import landing, tablelog
+from pgcdc.lake.paths import spark_ident
+from pgcdc.lake.target import OWNER, SOURCE, conflicts, map_columns_if_needed, needs_column_mapping, session_confs
+from pgcdc.watermark import ConsumerState
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+SUFFIX = "__history"
+APP_ID = "pgcdc:history"
+VALID_FROM = "_pgcdc_valid_from"
+VALID_TO = "_pgcdc_valid_to"
+IS_CURRENT = "_pgcdc_is_current"
+FROM_VERSION = "_pgcdc_from_version"
+TO_VERSION = "_pgcdc_to_version"
+WATERMARK = "_pgcdc_watermark"
+NAMES = (VALID_FROM, VALID_TO, IS_CURRENT, FROM_VERSION, TO_VERSION, WATERMARK)
+_CDF = "delta.enableChangeDataFeed"
+
+
+def history_path(path: str) -> str:
+    """Where the history of the Delta table at `path` lies: beside it, `<folder>__history`."""
+    return path.rstrip("/") + SUFFIX
+
+
+def history_name(table: str) -> str:
+    """The history's table name for a source (or fan-in) table name."""
+    return table + SUFFIX
+
+
+@dataclass(frozen=True)
+class Folded:
+    """What one catch-up did: the mirror versions it folded and the versions it opened and closed."""
+
+    first: int
+    last: int
+    opened: int
+    closed: int
+
+    def line(self, table: str) -> str:
+        span = f"version {self.last}" if self.first == self.last else f"versions {self.first}-{self.last}"
+        return f"{table}: history follows the mirror's {span}: {self.opened} row versions opened, {self.closed} closed"
+
+
+@dataclass(frozen=True)
+class _Commit:
+    version: int
+    millis: int
+    watermark: int | None
+    snapshot: bool  # folded as a snapshot (it changed the schema, or the feed cannot serve it)
+
+
+def folded_version(spark: "SparkSession", path: str) -> int:
+    """The mirror version the history of the table at `path` holds (-1: no history yet)."""
+    hpath = history_path(path)
+    return tablelog.txn_version(spark, hpath, APP_ID) if tablelog.latest_version(spark, hpath) >= 0 else -1
+
+
+def behind(spark: "SparkSession", path: str) -> bool:
+    """True if the history lacks some of the mirror's commits (a kill between the two, or history
+    newly turned on)."""
+    return folded_version(spark, path) < tablelog.latest_version(spark, path)
+
+
+def catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, consumer: str,
+             table: str) -> Folded | None:
+    """Fold every mirror commit the history lacks into it, in one history commit; None if it
+    had them all. `keys`: the mirror's key columns; `soft`: rows marked deleted count as gone."""
+    hpath = history_path(path)
+    newest = tablelog.latest_version(spark, path)
+    done = folded_version(spark, path)
+    if done >= newest:
+        return None
+    log = tablelog.read_state(spark, path, need_txns=False)
+    feed = str(log.configuration.get(_CDF, "false")).lower() == "true"
+    if not feed:  # (turned on now; until then the mirror's changes were not kept: a snapshot)
+        spark.sql(f"alter table delta.{spark_ident(path)} set tblproperties ('{_CDF}' = 'true')")
+        newest = tablelog.latest_version(spark, path)
+        log = tablelog.read_state(spark, path, need_txns=False)
+    data = _data_schema(log.schema())
+    _prepare(spark, hpath, data, consumer, table)
+    if done < 0 or not feed:  # a new history starts from the mirror as it is now
+        commits = [replace(_commit(spark, path, newest), snapshot=True)]
+    else:
+        commits = [_commit(spark, path, v) for v in range(done + 1, newest + 1)]
+    try:
+        opened, closed = _apply(spark, hpath, keys, data, _states(spark, path, keys, data, commits, soft, hpath),
+                                commits, newest)
+    except Exception as exc:  # the log no longer has some change data (VACUUM): the mirror as it is now
+        if "change data" not in str(exc).lower() and "change_data" not in str(exc).lower():
+            raise
+        commits = [replace(_commit(spark, path, newest), snapshot=True)]
+        opened, closed = _apply(spark, hpath, keys, data, _states(spark, path, keys, data, commits, soft, hpath),
+                                commits, newest)
+    return Folded(commits[0].version, newest, opened, closed)
+
+
+def _data_schema(schema: "StructType") -> "StructType":
+    """The mirror's columns that enter the history (not pgcdc's own)."""
+    from pyspark.sql.types import StructType
+
+    return StructType([f for f in schema.fields if f.name not in landing.NAMES])
+
+
+def _fields() -> "list[Any]":
+    from pyspark.sql.types import BooleanType, LongType, StructField, TimestampType
+
+    return [StructField(VALID_FROM, TimestampType()), StructField(VALID_TO, TimestampType()),
+            StructField(IS_CURRENT, BooleanType()), StructField(FROM_VERSION, LongType()),
+            StructField(TO_VERSION, LongType()), StructField(WATERMARK, LongType())]
+
+
+def _prepare(spark: "SparkSession", hpath: str, data: "StructType", consumer: str, table: str) -> None:
+    """Create the history table, or add the mirror's new columns to it; refuse a column whose
+    type changed (the history's old versions keep the old one)."""
+    from delta.tables import DeltaTable
+    from pyspark.sql.types import StructField, StructType
+
+    log = tablelog.read_state(spark, hpath, need_txns=False)
+    marker = history_name(table)
+    if log.version < 0:
+        schema = StructType([StructField(f.name, f.dataType, True) for f in data.fields] + _fields())
+        builder = DeltaTable.createIfNotExists(spark).location(hpath).addColumns(schema)
+        props = {OWNER: consumer, SOURCE: marker}
+        if needs_column_mapping(schema):
+            props["delta.columnMapping.mode"] = "name"
+        for k, v in props.items():
+            builder = builder.property(k, v)
+        builder.execute()
+        return
+    props = log.configuration
+    if props.get(OWNER) != consumer or props.get(SOURCE) != marker:
+        raise TargetError(f"{hpath} is not the history of {table} for consumer {consumer} (it is "
+                          f"{props.get(SOURCE) or 'not pgcdc'}'s of {props.get(OWNER) or 'nobody'}); move it away, or "
+                          "set target.history = false")
+    have = {f.name: f.dataType for f in log.schema().fields}
+    if changed := [f.name for f in data.fields if f.name in have and have[f.name] != f.dataType]:
+        raise TargetError(f"{hpath}: the type of {', '.join(changed)} changed in {table}, and the history's versions "
+                          "keep the old one; move the history away to start it anew (its old versions stay there)")
+    if added := [f for f in data.fields if f.name not in have]:
+        map_columns_if_needed(spark, hpath, log, StructType(added))
+        columns = ", ".join(f"{spark_ident(f.name)} {f.dataType.simpleString()}" for f in added)
+        spark.sql(f"alter table delta.{spark_ident(hpath)} add columns ({columns})")
+
+
+def _commit(spark: "SparkSession", path: str, version: int) -> _Commit:
+    """What the history takes from mirror commit `version`: its time, watermark and whether it
+    changed the schema (or is gone from the log: then folded as a snapshot too)."""
+    actions = tablelog.commit_actions(spark, path, version)
+    if actions is None:
+        return _Commit(version, 0, None, True)
+    info: dict[str, Any] = next((a["commitInfo"] for a in actions if isinstance(a.get("commitInfo"), dict)), {})
+    millis = int(info.get("inCommitTimestamp") or info.get("timestamp") or 0)
+    meta = info.get("userMetadata")
+    watermark = None
+    if meta:
+        try:
+            state = ConsumerState.from_json(meta)
+            watermark = state.watermark if state is not None else None
+        except (ValueError, KeyError, TypeError):  # (another writer's metadata)
+            watermark = None
+    return _Commit(version, millis, watermark, any("metaData" in a for a in actions))
+
+
+def _states(spark: "SparkSession", path: str, keys: list[str], data: "StructType", commits: list[_Commit],
+            soft: bool, hpath: str) -> "DataFrame":
+    """Each key's state in each folded commit that touched it: (keys, data columns, _v, _live).
+    Change data for runs of plain commits; the mirror as of a snapshot commit, with the
+    history's current keys it lacks gone."""
+    frames: list[DataFrame] = []
+    run: list[_Commit] = []
+
+    def flush() -> None:
+        if run:
+            frames.append(_changes(spark, path, keys, data, run[0].version, run[-1].version, soft))
+            run.clear()
+    for c in commits:
+        if c.snapshot:
+            flush()
+            frames.append(_snapshot(spark, path, keys, data, c.version, soft, hpath))
+        else:
+            run.append(c)
+    flush()
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
+
+
+def _columns(data: "StructType", frame: "DataFrame") -> "list[Column]":
+    """`data`'s columns from `frame` (null where it lacks one: a version before it was added)."""
+    from pyspark.sql import functions as F
+
+    have = set(frame.columns)
+    return [(F.col(spark_ident(f.name)).cast(f.dataType) if f.name in have else F.lit(None).cast(f.dataType))
+            .alias(f.name) for f in data.fields]
+
+
+def _live(soft: bool, frame: "DataFrame") -> "Column":
+    from pyspark.sql import functions as F
+
+    if soft and landing.DELETED in frame.columns:
+        return ~F.coalesce(F.col(spark_ident(landing.DELETED)), F.lit(False))
+    return F.lit(True)
+
+
+def _changes(spark: "SparkSession", path: str, keys: list[str], data: "StructType", first: int, last: int,
+             soft: bool) -> "DataFrame":
+    """Keys' states from the mirror's change data feed, versions `first`-`last`: a key with an
+    inserted or post-update row in a commit is live with its values, else gone."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    feed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", first) \
+        .option("endingVersion", last).load(path).where("_change_type != 'update_preimage'")
+    live = F.when(F.col("_change_type") == "delete", F.lit(False)).otherwise(_live(soft, feed))
+    rows = feed.select(*_columns(data, feed), F.col("_commit_version").alias("_v"), live.alias("_live"))
+    first_row = Window.partitionBy(*[spark_ident(k) for k in keys], "_v").orderBy(F.col("_live").desc())
+    return rows.withColumn("_n", F.row_number().over(first_row)).where("_n = 1").drop("_n")
+
+
+def _snapshot(spark: "SparkSession", path: str, keys: list[str], data: "StructType", version: int, soft: bool,
+              hpath: str) -> "DataFrame":
+    """Keys' states as of mirror `version`: its rows, and the history's current keys it lacks, gone."""
+    from pyspark.sql import functions as F
+
+    mirror = spark.read.format("delta").option("versionAsOf", version).load(path)
+    rows = mirror.select(*_columns(data, mirror), F.lit(version).cast("long").alias("_v"), _live(soft, mirror).alias("_live"))
+    current = _current(spark, hpath, data)
+    gone = current.join(rows.select(*[spark_ident(k) for k in keys]), on=keys, how="left_anti") \
+        .withColumn("_v", F.lit(version).cast("long")).withColumn("_live", F.lit(False))
+    return rows.unionByName(gone)
+
+
+def _current(spark: "SparkSession", hpath: str, data: "StructType") -> "DataFrame":
+    """The history's current rows, in the mirror's data columns."""
+
+    history = spark.read.format("delta").load(hpath).where(IS_CURRENT)
+    return history.select(*_columns(data, history))
+
+
+def _comparable(data: "StructType") -> "Column":
+    """A row's values as one comparable value (maps, which Spark cannot compare, as JSON)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import MapType
+
+    return F.struct(*[(F.to_json(F.col(spark_ident(f.name))) if isinstance(f.dataType, MapType)
+                       else F.col(spark_ident(f.name))).alias(f"c{i}") for i, f in enumerate(data.fields)])
+
+
+def _apply(spark: "SparkSession", hpath: str, keys: list[str], data: "StructType", states: "DataFrame",
+           commits: list[_Commit], newest: int) -> tuple[int, int]:
+    """Turn the states into versions and merge them into the history in one commit marked with
+    the mirror version `newest`: each key's first change closes its current version, each live
+    change opens a version that the key's next change closes. Returns (opened, closed)."""
+    from delta.tables import DeltaTable
+    from pyspark import StorageLevel
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    ks = [spark_ident(k) for k in keys]
+    base = _current(spark, hpath, data).withColumn("_v", F.lit(-1).cast("long")).withColumn("_live", F.lit(True))
+    by_key = Window.partitionBy(*ks).orderBy("_v")
+    seen = base.unionByName(states).withColumn("_cmp", _comparable(data)) \
+        .withColumn("_had", F.max(F.col("_v") < 0).over(Window.partitionBy(*ks))) \
+        .withColumn("_prev_live", F.coalesce(F.lag("_live").over(by_key), F.lit(False))) \
+        .withColumn("_prev", F.lag("_cmp").over(by_key))
+    changed = seen.where((F.col("_v") >= 0) & ((F.col("_prev_live") != F.col("_live")) |
+                                                (F.col("_live") & ~F.col("_cmp").eqNullSafe(F.col("_prev")))))
+    events = changed.withColumn("_next", F.lead("_v").over(by_key)) \
+        .withColumn("_first", F.row_number().over(by_key) == 1).drop("_cmp", "_prev", "_prev_live") \
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        times = spark.createDataFrame(
+            [(c.version, c.millis, c.watermark) for c in commits] or [(newest, 0, None)],
+            "_tv long, _millis long, _wm long").withColumn("_ts", F.timestamp_millis("_millis")).drop("_millis")
+        times = F.broadcast(times)
+        opens = events.where("_live").join(times, F.col("_v") == F.col("_tv")).select(
+            *ks, *[spark_ident(f.name) for f in data.fields if f.name not in keys],
+            F.col("_ts").alias(VALID_FROM), F.col("_v").alias(FROM_VERSION), F.col("_wm").alias(WATERMARK),
+            F.col("_next").alias(TO_VERSION), F.col("_next").isNull().alias(IS_CURRENT), F.lit(False).alias("_close"))
+        opens = opens.join(times.select(F.col("_tv").alias("_nv"), F.col("_ts").alias(VALID_TO)),
+                           F.col(TO_VERSION) == F.col("_nv"), "left").drop("_nv")
+        closes = events.where("_first and _had").join(times, F.col("_v") == F.col("_tv")).select(
+            *ks, F.col("_v").alias(TO_VERSION), F.col("_ts").alias(VALID_TO), F.lit(True).alias("_close"))
+        source = opens.unionByName(closes, allowMissingColumns=True)
+        opened, closed = events.where("_live").count(), events.where("_first and _had").count()
+        on = " and ".join(f"t.{k} = s.{k}" for k in ks) + f" and s._close and t.{IS_CURRENT}"
+        names = [*(f.name for f in data.fields), *NAMES]
+        inserted: dict[str, str | Column] = {spark_ident(n): f"s.{spark_ident(n)}" for n in names}
+        merge = DeltaTable.forPath(spark, hpath).alias("t").merge(source.alias("s"), on) \
+            .whenMatchedUpdate(set={VALID_TO: f"s.{VALID_TO}", TO_VERSION: f"s.{TO_VERSION}",
+                                    IS_CURRENT: "false"}) \
+            .whenNotMatchedInsert(condition="not s._close", values=inserted)
+        confs = {"spark.databricks.delta.write.txnAppId": APP_ID,
+                 "spark.databricks.delta.write.txnVersion": str(newest),
+                 "spark.databricks.delta.commitInfo.userMetadata": json.dumps({"mirror_version": newest})}
+        with session_confs(spark, confs), conflicts(hpath, f"the history's fold up to version {newest}"):
+            merge.execute()
+    finally:
+        events.unpersist()
+    return opened, closed

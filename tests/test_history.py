@@ -1,0 +1,113 @@
+"""History (`[target] history = true`, docs/history.md): `<table>__history` beside the mirror,
+a row version per commit that changed the row.
+
+The oracle reads PostgreSQL with psycopg, and the history and the mirror (as of each of its
+versions, Delta's time travel) with the plain Spark session.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import psycopg
+import pytest
+
+from pgcdc.source import capture
+
+HISTORY = {"target": {"history": True}}
+
+
+def _versions(syncer, table: str = "app.t") -> dict[int, list]:
+    """id -> its history rows, oldest first, as the plain reader sees them."""
+    rows = syncer.spark.read.format("delta").load(syncer.path(table) + "__history").collect()
+    out: dict[int, list] = defaultdict(list)
+    for r in sorted(rows, key=lambda r: (r.id, r._pgcdc_from_version)):
+        out[r.id].append(r)
+    return dict(out)
+
+
+def _pg(db: psycopg.Connection) -> dict[int, tuple]:
+    return {r[0]: tuple(r[1:]) for r in db.execute("select id, v, s from app.t").fetchall()}
+
+
+def check_history(syncer, table: str = "app.t") -> dict[int, list]:
+    """The history's rules, checked against the mirror as of every one of its versions:
+    a key's versions never overlap, each closed one is closed at a version (and time) no
+    earlier than it opened, only the last may be current, current iff not closed; and the
+    versions valid at mirror version V are exactly the mirror's rows at V."""
+    versions = _versions(syncer, table)
+    for key, vs in versions.items():
+        for a, b in zip(vs, vs[1:]):
+            assert a._pgcdc_to_version is not None and a._pgcdc_to_version <= b._pgcdc_from_version, (key, a, b)
+        for v in vs:
+            assert (v._pgcdc_to_version is None) == v._pgcdc_is_current == (v._pgcdc_valid_to is None), (key, v)
+            assert v._pgcdc_to_version is None or v._pgcdc_from_version < v._pgcdc_to_version, (key, v)
+            assert v._pgcdc_valid_to is None or v._pgcdc_valid_from <= v._pgcdc_valid_to, (key, v)
+    path = syncer.path(table)
+    from delta.tables import DeltaTable
+
+    newest = DeltaTable.forPath(syncer.spark, path).history(1).collect()[0].version
+    first = min((v._pgcdc_from_version for vs in versions.values() for v in vs), default=newest)
+    for at in range(first, newest + 1):
+        mirror = {r.id: (r.v, r.s) for r in syncer.spark.read.format("delta").option("versionAsOf", at).load(path)
+                  .collect()}
+        valid = {k: (v.v, v.s) for k, vs in versions.items() for v in vs
+                 if v._pgcdc_from_version <= at and (v._pgcdc_to_version is None or at < v._pgcdc_to_version)}
+        assert valid == mirror, f"history as of mirror version {at}"
+    return versions
+
+
+def test_a_row_changed_in_two_batches_has_three_versions_and_a_deleted_one_none_current(db: psycopg.Connection,
+                                                                                        syncer) -> None:
+    db.execute("create schema app; create table app.t (id int primary key, v int, s text)")
+    db.execute("insert into app.t select i, i, 's' || i from generate_series(1, 20) i")
+    capture.attach(db, "app.t")
+    syncer.run(**HISTORY)
+    db.execute("update app.t set v = 100 where id = 1")
+    db.execute("update app.t set s = 'same' where id = 3; update app.t set s = 's3' where id = 3")  # back as it was
+    syncer.run(**HISTORY)
+    db.execute("update app.t set v = 200 where id = 1")
+    db.execute("delete from app.t where id = 2")
+    syncer.run(**HISTORY)
+    assert any("history follows the mirror's" in line for line in syncer.lines)
+    versions = check_history(syncer)
+    assert [(v.v, v._pgcdc_is_current) for v in versions[1]] == [(1, False), (100, False), (200, True)]
+    assert [v._pgcdc_is_current for v in versions[2]] == [False] and len(versions[3]) == 1
+    current = {k: (v.v, v.s) for k, vs in versions.items() for v in vs if v._pgcdc_is_current}
+    assert current == _pg(db)
+    assert all(v._pgcdc_watermark is not None for vs in versions.values() for v in vs)
+    db.execute("insert into app.t values (2, 2, 'back')")  # a key back after a gap
+    syncer.run(**HISTORY)
+    versions = check_history(syncer)
+    assert [v._pgcdc_is_current for v in versions[2]] == [False, True]
+    assert versions[2][0]._pgcdc_to_version < versions[2][1]._pgcdc_from_version
+
+
+def test_a_kill_between_the_mirror_and_its_history_is_made_good_by_the_next_run(db: psycopg.Connection, syncer,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import pgcdc.lake.history as history
+
+    db.execute("create schema app; create table app.t (id int primary key, v int, s text)")
+    db.execute("insert into app.t select i, i, 's' || i from generate_series(1, 20) i")
+    capture.attach(db, "app.t")
+    syncer.run(**HISTORY)
+    db.execute("update app.t set v = -v where id <= 5")
+
+    class Killed(BaseException):
+        pass
+
+    def kill(*args, **kwargs):
+        raise Killed()
+    monkeypatch.setattr(history, "_apply", kill)
+    with pytest.raises(Killed):
+        syncer.run(**HISTORY)
+    monkeypatch.undo()
+    db.execute("delete from app.t where id = 1")
+    assert history.behind(syncer.spark, syncer.path("app.t"))
+    syncer.run(**HISTORY)  # its idle pass would skip it; the full path folds both commits
+    assert not history.behind(syncer.spark, syncer.path("app.t"))
+    versions = check_history(syncer)
+    assert [v.v for v in versions[2]] == [2, -2]
+    assert [v._pgcdc_is_current for v in versions[1]] == [False, False]
+    syncer.run(**HISTORY)  # nothing more: no commit to the history
+    assert len(_versions(syncer)) == 20
