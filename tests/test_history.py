@@ -26,6 +26,10 @@ def _versions(syncer, table: str = "app.t") -> dict[int, list]:
     return dict(out)
 
 
+def _span(v) -> tuple:
+    return v.v, v.s, v._pgcdc_from_version, v._pgcdc_to_version, v._pgcdc_is_current
+
+
 def _pg(db: psycopg.Connection) -> dict[int, tuple]:
     return {r[0]: tuple(r[1:]) for r in db.execute("select id, v, s from app.t").fetchall()}
 
@@ -34,7 +38,7 @@ def check_history(syncer, table: str = "app.t") -> dict[int, list]:
     """The history's rules, checked against the mirror as of every one of its versions:
     a key's versions never overlap, each closed one is closed at a version (and time) no
     earlier than it opened, only the last may be current, current iff not closed; and the
-    versions valid at mirror version V are exactly the mirror's rows at V."""
+    versions valid at mirror version V are exactly the mirror's live rows at V."""
     versions = _versions(syncer, table)
     for key, vs in versions.items():
         for a, b in zip(vs, vs[1:]):
@@ -49,8 +53,10 @@ def check_history(syncer, table: str = "app.t") -> dict[int, list]:
     newest = DeltaTable.forPath(syncer.spark, path).history(1).collect()[0].version
     first = min((v._pgcdc_from_version for vs in versions.values() for v in vs), default=newest)
     for at in range(first, newest + 1):
-        mirror = {r.id: (r.v, r.s) for r in syncer.spark.read.format("delta").option("versionAsOf", at).load(path)
-                  .collect()}
+        frame = syncer.spark.read.format("delta").option("versionAsOf", at).load(path)
+        if "_pgcdc_deleted" in frame.columns:  # (soft deletes: a marked row is gone)
+            frame = frame.where("not _pgcdc_deleted")
+        mirror = {r.id: (r.v, r.s) for r in frame.collect()}
         valid = {k: (v.v, v.s) for k, vs in versions.items() for v in vs
                  if v._pgcdc_from_version <= at and (v._pgcdc_to_version is None or at < v._pgcdc_to_version)}
         assert valid == mirror, f"history as of mirror version {at}"
@@ -111,3 +117,56 @@ def test_a_kill_between_the_mirror_and_its_history_is_made_good_by_the_next_run(
     assert [v._pgcdc_is_current for v in versions[1]] == [False, False]
     syncer.run(**HISTORY)  # nothing more: no commit to the history
     assert len(_versions(syncer)) == 20
+
+
+def test_a_resync_closes_what_it_no_longer_finds_and_opens_what_changed_without_rewriting_history(
+        db: psycopg.Connection, syncer) -> None:
+    """Copies in chunks (a batch past recopy_fraction), soft deletes, and a column added (a copy
+    that changes the schema, folded as a snapshot): the versions of rows the copies did not
+    change stay as they were."""
+    db.execute("create schema app; create table app.t (id int primary key, v int, s text)")
+    db.execute("insert into app.t select i, i, 's' || i from generate_series(1, 300) i")
+    db.execute("analyze app.t")
+    capture.attach(db, "app.t")
+    opts = {"target": {"history": True, "deletes": "soft"}, "copies": {"chunk_rows": 100}}
+    syncer.run(**opts)
+    before = check_history(syncer)
+    db.execute("update app.t set v = -v where id <= 150")
+    db.execute("delete from app.t where id between 290 and 300")
+    lines = len(syncer.lines)
+    syncer.run(recopy_fraction=0.1, **opts)
+    assert any("copying the table instead" in line for line in syncer.lines[lines:])
+    after = check_history(syncer)
+    assert all(after[k] == before[k] for k in range(151, 290)), "rows the copy found unchanged keep their version"
+    assert all([v.v for v in after[k]] == [k, -k] for k in range(1, 151))
+    assert all(not any(v._pgcdc_is_current for v in after[k]) for k in range(290, 301))
+    db.execute("alter table app.t add column extra int default 7")
+    syncer.run(**opts)
+    added = check_history(syncer)
+    assert all(len(added[k]) == len(after[k]) + 1 and added[k][-1].extra == 7 for k in range(1, 290))
+    assert all([_span(v) for v in added[k]] == [_span(v) for v in after[k]] for k in range(290, 301)), \
+        "a gone row's closed versions stay"
+    current = {k: (v.v, v.s) for k, vs in added.items() for v in vs if v._pgcdc_is_current}
+    assert current == _pg(db)
+
+
+def test_history_on_for_a_table_already_synced_starts_from_it_and_the_fast_engine_leaves_it_to_merge(
+        db: psycopg.Connection, syncer) -> None:
+    from pgcdc.errors import TargetError
+
+    db.execute("create schema app; create table app.t (id int primary key, v int, s text)")
+    db.execute("insert into app.t select i, i, 's' || i from generate_series(1, 20) i")
+    capture.attach(db, "app.t")
+    syncer.run(engine="fast")
+    db.execute("update app.t set v = 0 where id = 1")
+    syncer.run(**HISTORY)  # applied as before, then the history starts from the mirror as it is
+    versions = check_history(syncer)
+    assert len(versions) == 20 and all(len(vs) == 1 and vs[0]._pgcdc_is_current for vs in versions.values())
+    assert versions[1][0].v == 0
+    db.execute("update app.t set v = 1 where id = 1")
+    with pytest.raises(TargetError, match="change data feed"):
+        syncer.run(engine="fast", **HISTORY)
+    lines = len(syncer.lines)
+    syncer.run(**HISTORY)
+    assert any("the table has the change data feed on" in line for line in syncer.lines[lines:])
+    assert [v.v for v in check_history(syncer)[1]] == [0, 1]
