@@ -1,4 +1,4 @@
-"""What each landing shape (docs/columns.md) costs beside the plain mirror, measured side by side
+"""What each landing shape (docs/columns.md, docs/history.md) costs beside the plain mirror, measured side by side
 in one run (not a test; never fails on timing).
 
     python -m bench.landing [--rows 2000000] [--changes 10000 1000000] [--rounds 2]
@@ -8,8 +8,9 @@ On a throwaway PostgreSQL and local Spark, two tables of --rows rows (`wide` and
 take the same changes each round: every k-th row updated and a tenth as many deleted. One
 consumer per shape applies them, each a long-lived Job as a follower's runs are, in an order
 rotated each round: the plain mirror with the fast engine (`auto`) and with the merge engine,
-the column choice (merge), soft deletes, and metadata columns (both applied by the merge
-engine). Each shape's time is printed against the plain mirror's with the merge engine (like
+the column choice (merge), soft deletes, metadata columns, the change data feed alone and the
+history (docs/history.md: the change data feed, and the history's fold after each run; all
+applied by the merge engine). Each shape's time is printed against the plain mirror's with the merge engine (like
 with like: the same engine) and with the fast engine (what a plain mirror gets by default).
 """
 
@@ -31,6 +32,8 @@ SHAPES = {  # name: (table, target settings, engine)
     "columns chosen": ("public.wide_cols", {}, "merge"),
     "soft deletes": ("public.wide", {"deletes": "soft"}, "auto"),
     "metadata columns": ("public.wide", {"metadata_columns": True}, "auto"),
+    "change data feed": ("public.wide", {"change_data_feed": True}, "auto"),
+    "history": ("public.wide", {"history": True}, "auto"),
 }
 
 

@@ -51,7 +51,7 @@ PLAIN = [(s, m) for s in SEEDS for m in MODES] if REPLAY else [(12, "out_of_orde
 # engine's; in `make test` the partitioned and object-storage schedules keep the plain mirror (the
 # fast engine's partitioned path, and S3's minutes), the standby (511) and seed 11 (PostgreSQL 18,
 # the second pair) play them. A re-play plays what the seed draws.
-PLAIN_SHAPES = {"deletes": "hard", "metadata": False}
+PLAIN_SHAPES = {"deletes": "hard", "metadata": False, "history": False}
 
 
 def _play(params: Params, spark, dsn: str, tmp_path: Path, s3: S3Server | None = None) -> None:
