@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from pgcdc import log
 from pgcdc.settings import Settings, load_settings
+from pgcdc.source.db import connect
+
+if TYPE_CHECKING:
+    import psycopg
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
@@ -15,6 +20,11 @@ def settings_of(args: argparse.Namespace) -> Settings:
     settings = load_settings(args.config)
     log.redact(settings)
     return settings
+
+
+def source_of(args: argparse.Namespace) -> "psycopg.Connection":
+    """A connection to the source database the settings name."""
+    return connect(settings_of(args).source.dsn)
 
 
 def print_json(data: object) -> None:
