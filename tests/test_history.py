@@ -117,6 +117,12 @@ def test_a_kill_between_the_mirror_and_its_history_is_made_good_by_the_next_run(
     assert [v._pgcdc_is_current for v in versions[1]] == [False, False]
     syncer.run(**HISTORY)  # nothing more: no commit to the history
     assert len(_versions(syncer)) == 20
+    syncer.spark.sql(f"optimize delta.`{syncer.path('app.t')}`")  # another writer: a commit without changes
+    assert history.behind(syncer.spark, syncer.path("app.t"))
+    syncer.run(**HISTORY)  # folded: nothing opened or closed, and the history holds that version
+    assert not history.behind(syncer.spark, syncer.path("app.t"))
+    assert [[_span(v) for v in vs] for vs in _versions(syncer).values()] == \
+        [[_span(v) for v in vs] for vs in versions.values()]
 
 
 def test_a_resync_closes_what_it_no_longer_finds_and_opens_what_changed_without_rewriting_history(
@@ -170,3 +176,19 @@ def test_history_on_for_a_table_already_synced_starts_from_it_and_the_fast_engin
     syncer.run(**HISTORY)
     assert any("the table has the change data feed on" in line for line in syncer.lines[lines:])
     assert [v.v for v in check_history(syncer)[1]] == [0, 1]
+
+
+def test_verify_compares_the_historys_current_rows_too(db: psycopg.Connection, syncer) -> None:
+    from pgcdc.sync.verify import verify
+
+    db.execute("create schema app; create table app.t (id int primary key, v int, s text)")
+    db.execute("insert into app.t select i, i, 's' || i from generate_series(1, 20) i")
+    capture.attach(db, "app.t")
+    syncer.run(**HISTORY)
+    t = next(a for a in capture.list_attached(db) if a.name == "app.t")
+    found = verify(syncer.spark, db, str(syncer.root), [t], "test")
+    assert [c.line() for c in found] == ["app.t: Delta equals PostgreSQL (20 rows)",
+                                         "app.t (history): Delta equals PostgreSQL (20 rows)"]
+    db.execute("update app.t set v = 0 where id = 3")
+    found = verify(syncer.spark, db, str(syncer.root), [t], "test")
+    assert [c.equal for c in found] == [False, False] and "verify again" in found[1].line()

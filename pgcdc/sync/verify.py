@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import sql
 
 from pgcdc.errors import TargetError
-from pgcdc.lake import landing, shards, tablelog, target
+from pgcdc.lake import history, landing, shards, tablelog, target
 from pgcdc.lake.paths import spark_ident, target_path
 from pgcdc.lake.state import app_id, load_state
 from pgcdc.source import access
@@ -142,6 +142,8 @@ def _compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable
     from pyspark.sql import functions as F
 
     delta = spark.read.format("delta").load(path)
+    if path.endswith(history.SUFFIX):  # a history's current rows (lake/history.py)
+        delta = delta.where(history.IS_CURRENT).drop(*history.NAMES)
     if landing.DELETED in delta.columns:  # soft deletes: the rows PostgreSQL still has
         delta = delta.where(f"not {spark_ident(landing.DELETED)}")
     delta = delta.drop(*landing.NAMES)  # (pgcdc's own columns: lake/landing.py)
@@ -253,6 +255,13 @@ def verify(spark: "SparkSession", conn: "psycopg.Connection", root: str,
         if not found.equal and not found.next_step:
             found = replace(found, next_step=_rows_step(spark, conn, t, path, consumer, found))
         results.append(found)
+        kept = history.history_path(path)
+        if target.is_delta(spark, kept):  # its history's current rows too (docs/history.md)
+            found = replace(compare(spark, conn, t, kept), table=f"{t.name} (history)")
+            if not found.equal and not found.next_step:
+                found = replace(found, next_step="its history follows the Delta table at the end of each run that "
+                                "reaches the table: run `pgcdc ingest`, then verify again")
+            results.append(found)
     return results
 
 
