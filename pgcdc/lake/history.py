@@ -29,7 +29,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from pgcdc.errors import TargetError
+from pgcdc.errors import ConflictError, TargetError
 from pgcdc.lake import landing, tablelog
 from pgcdc.lake.paths import spark_ident
 from pgcdc.lake.target import OWNER, SOURCE, conflicts, map_columns_if_needed, needs_column_mapping, session_confs
@@ -98,7 +98,21 @@ def behind(spark: "SparkSession", path: str) -> bool:
 def catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, consumer: str,
              table: str) -> Folded | None:
     """Fold every mirror commit the history lacks into it, in one history commit; None if it
-    had them all. `keys`: the mirror's key columns; `soft`: rows marked deleted count as gone."""
+    had them all. `keys`: the mirror's key columns; `soft`: rows marked deleted count as gone.
+    A fan-in's sources, applied beside each other, fold its one history: the one whose commit
+    loses to another's folds again from what that one left (a fold the other's covered
+    already is skipped by Delta: its txn version is not above the one committed)."""
+    for attempt in range(3):
+        try:
+            return _catch_up(spark, path, keys, soft, consumer, table)
+        except ConflictError:
+            if attempt == 2:
+                raise
+    return None
+
+
+def _catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, consumer: str,
+              table: str) -> Folded | None:
     hpath = history_path(path)
     newest = tablelog.latest_version(spark, path)
     done = folded_version(spark, path)
@@ -159,7 +173,12 @@ def _prepare(spark: "SparkSession", hpath: str, data: "StructType", consumer: st
             props["delta.columnMapping.mode"] = "name"
         for k, v in props.items():
             builder = builder.property(k, v)
-        builder.execute()
+        try:
+            builder.execute()
+        except Exception:
+            if tablelog.latest_version(spark, hpath) < 0:
+                raise
+            return _prepare(spark, hpath, data, consumer, table)  # (a fan-in's other source made it first)
         return
     props = log.configuration
     if props.get(OWNER) != consumer or props.get(SOURCE) != marker:
