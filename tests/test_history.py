@@ -178,7 +178,9 @@ def test_history_on_for_a_table_already_synced_starts_from_it_and_the_fast_engin
     assert [v.v for v in check_history(syncer)[1]] == [0, 1]
 
 
-def test_verify_compares_the_historys_current_rows_too(db: psycopg.Connection, syncer) -> None:
+def test_verify_compares_the_historys_current_rows_too_and_compact_compacts_it(db: psycopg.Connection,
+                                                                               syncer) -> None:
+    from pgcdc.sync.compact import compact
     from pgcdc.sync.verify import verify
 
     db.execute("create schema app; create table app.t (id int primary key, v int, s text)")
@@ -192,3 +194,6 @@ def test_verify_compares_the_historys_current_rows_too(db: psycopg.Connection, s
     db.execute("update app.t set v = 0 where id = 3")
     found = verify(syncer.spark, db, str(syncer.root), [t], "test")
     assert [c.equal for c in found] == [False, False] and "verify again" in found[1].line()
+    done = compact(syncer.settings(**HISTORY), syncer.spark, ["app.t"])
+    assert [(c.table, c.path) for c in done] == [("app.t", syncer.path("app.t")),
+                                                 ("app.t (history)", syncer.path("app.t") + "__history")]

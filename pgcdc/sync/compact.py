@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgcdc import faults
 from pgcdc.errors import ConfigError, TargetError
-from pgcdc.lake import shards, tablelog, target
+from pgcdc.lake import history, shards, tablelog, target
 from pgcdc.log import fields
 from pgcdc.settings import Settings
 from pgcdc.source import capture, consumers
@@ -68,30 +68,37 @@ def compact(settings: Settings, spark: "SparkSession", names: list[str], retain_
         for t in select_tables(conn, names or settings.tables):
             consumers.lease_waiting(conn, settings.consumer, t.table_id, t.name, wait)
             try:
-                result = _compact_one(settings, spark, conn, t, retain_hours)
+                done += _compact_one(settings, spark, conn, t, retain_hours)
             finally:
                 consumers.unlease(conn, settings.consumer, [t.table_id])
-            if result is not None:
-                done.append(result)
     return done
 
 
 def _compact_one(settings: Settings, spark: "SparkSession", conn: Any, t: AttachedTable,
-                 retain_hours: float | None) -> Compacted | None:
-    """OPTIMIZE then VACUUM one table's Delta table (None: not synced yet)."""
-    from delta.tables import DeltaTable
-
+                 retain_hours: float | None) -> list[Compacted]:
+    """OPTIMIZE then VACUUM one table's Delta table, and its history if it has one (none: not
+    synced yet)."""
     path, recorded = table_path(conn, settings.consumer, t, settings.target.root)
     if not target.is_delta(spark, path):
         _log.info("%s: not synced yet by consumer %s; nothing to compact", t.name, settings.consumer)
-        return None
+        return []
     target.check_owner(spark, path, settings.consumer, None if recorded else t.target_name, t.into is not None)
+    done = [_compact_path(spark, t.name, path, _part(t.fan_in_shard), retain_hours)]
+    if target.is_delta(spark, kept := history.history_path(path)):  # (docs/history.md)
+        done.append(_compact_path(spark, f"{t.name} (history)", kept, None, retain_hours))
+    return done
+
+
+def _compact_path(spark: "SparkSession", name: str, path: str, where: str | None,
+                  retain_hours: float | None) -> Compacted:
+    from delta.tables import DeltaTable
+
     began = time.monotonic()
-    result = Compacted(t.name, path)
-    result.files_removed, result.files_added = optimize(spark, path, where=_part(t.fan_in_shard))
+    result = Compacted(name, path)
+    result.files_removed, result.files_added = optimize(spark, path, where=where)
     result.vacuumed = _vacuum(spark, DeltaTable.forPath(spark, path), path, retain_hours)
     seconds = round(time.monotonic() - began, 3)
-    _log.info(result.line(), extra=fields(record="compact", table=t.name, path=path, seconds=seconds,
+    _log.info(result.line(), extra=fields(record="compact", table=name, path=path, seconds=seconds,
                                           files_removed=result.files_removed, files_added=result.files_added,
                                           vacuumed=result.vacuumed))
     return result

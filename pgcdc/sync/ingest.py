@@ -254,9 +254,12 @@ class Job:
         if folded is not None:
             self.say(folded.line(t.name), record="history", table=t.name, opened=folded.opened, closed=folded.closed,
                      mirror_version=folded.last)
-        s = self.settings.target
-        if s.database and (registered := catalog.register(self.spark, s.database, history.history_name(name),
-                                                          history.history_path(path))):
+            # (its small files, as the table's: one commit a run adds some)
+            self.compactor.after_batches(history.history_path(path), f"{t.name} (history)",
+                                         self.settings.ingest.compact_files)
+        database = self.settings.target.database
+        if database and (registered := catalog.register(self.spark, database, history.history_name(name),
+                                                        history.history_path(path))):
             self.say(f"{t.name}: its history registered in the catalog as {registered}")
 
     def moved(self, path: str, state: ConsumerState, batch: events.Batch | None) -> ConsumerState:
