@@ -49,6 +49,8 @@ TO_VERSION = "_pgcdc_to_version"
 WATERMARK = "_pgcdc_watermark"
 NAMES = (VALID_FROM, VALID_TO, IS_CURRENT, FROM_VERSION, TO_VERSION, WATERMARK)
 _CDF = "delta.enableChangeDataFeed"
+# what Spark's error says when a file of the versions to fold is gone
+_GONE = ("CHANGE_DATA", "change data", "FILE_NOT_FOUND", "FileNotFound")
 
 
 def history_path(path: str) -> str:
@@ -132,13 +134,13 @@ def _catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, con
         commits = [_commit(spark, path, v) for v in range(done + 1, newest + 1)]
     try:
         opened, closed = _apply(spark, hpath, keys, data, _states(spark, path, keys, data, commits, soft, hpath),
-                                commits, newest)
-    except Exception as exc:  # the log no longer has some change data (VACUUM): the mirror as it is now
-        if "change data" not in str(exc).lower() and "change_data" not in str(exc).lower():
+                                commits, newest, None if done < 0 or feed else done + 1)
+    except Exception as exc:  # a file the change data needs is gone (VACUUM): the mirror as it is now
+        if not any(s in str(exc) for s in _GONE):
             raise
         commits = [replace(_commit(spark, path, newest), snapshot=True)]
         opened, closed = _apply(spark, hpath, keys, data, _states(spark, path, keys, data, commits, soft, hpath),
-                                commits, newest)
+                                commits, newest, done + 1)
     return Folded(commits[0].version, newest, opened, closed)
 
 
@@ -301,10 +303,12 @@ def _comparable(data: "StructType") -> "Column":
 
 
 def _apply(spark: "SparkSession", hpath: str, keys: list[str], data: "StructType", states: "DataFrame",
-           commits: list[_Commit], newest: int) -> tuple[int, int]:
+           commits: list[_Commit], newest: int, unseen: int | None) -> tuple[int, int]:
     """Turn the states into versions and merge them into the history in one commit marked with
     the mirror version `newest`: each key's first change closes its current version, each live
-    change opens a version that the key's next change closes. Returns (opened, closed)."""
+    change opens a version that the key's next change closes. Returns (opened, closed).
+    `unseen`: the first of the mirror versions before `newest` this fold could not see one by
+    one (folded as a snapshot at `newest`), which its commit's metadata names."""
     from delta.tables import DeltaTable
     from pyspark import StorageLevel
     from pyspark.sql import Window
@@ -346,7 +350,9 @@ def _apply(spark: "SparkSession", hpath: str, keys: list[str], data: "StructType
             .whenNotMatchedInsert(condition="not s._close", values=inserted)
         confs = {"spark.databricks.delta.write.txnAppId": APP_ID,
                  "spark.databricks.delta.write.txnVersion": str(newest),
-                 "spark.databricks.delta.commitInfo.userMetadata": json.dumps({"mirror_version": newest})}
+                 "spark.databricks.delta.commitInfo.userMetadata": json.dumps(
+                     {"mirror_version": newest} | ({"unseen_versions": [unseen, newest - 1]} if unseen is not None
+                                                   and unseen < newest else {}))}
         with session_confs(spark, confs), conflicts(hpath, f"the history's fold up to version {newest}"):
             merge.execute()
     finally:
