@@ -53,6 +53,10 @@ DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.databricks.delta.snapshotPartitions": "2",
+    # VACUUM lists a table's folders in a Spark job of this many tasks (Spark's default, 10000:
+    # 28-75 s for a 20-row table on 2 cores; 8: 3-8 s, docs/performance.md); a cluster that
+    # vacuums tables of many thousand folders sets it higher
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "8",
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.memory": "2g",
     "spark.sql.debug.maxToStringFields": "1000",
