@@ -313,9 +313,20 @@ def _apply(spark: "SparkSession", hpath: str, keys: list[str], data: "StructType
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, LongType, ShortType
 
     ks = [spark_ident(k) for k in keys]
-    base = _current(spark, hpath, data).withColumn("_v", F.lit(-1).cast("long")).withColumn("_live", F.lit(True))
+    states = states.persist(StorageLevel.MEMORY_AND_DISK)
+    # the current versions of the keys the fold saw alone (not the whole history through the
+    # window); a one-column integer key also bounds the scan, so Delta skips the files outside
+    current, bounds = _current(spark, hpath, data), ""
+    if len(keys) == 1 and isinstance(data[keys[0]].dataType, (IntegerType, LongType, ShortType)):
+        low, high = states.agg(F.min(ks[0]), F.max(ks[0])).first() or (None, None)
+        if low is not None and high is not None:
+            bounds = f"{ks[0]} between {int(low)} and {int(high)}"
+            current = current.where(bounds)
+    current = current.join(states.select(*ks).distinct(), on=keys, how="left_semi")
+    base = current.withColumn("_v", F.lit(-1).cast("long")).withColumn("_live", F.lit(True))
     by_key = Window.partitionBy(*ks).orderBy("_v")
     seen = base.unionByName(states).withColumn("_cmp", _comparable(data)) \
         .withColumn("_had", F.max(F.col("_v") < 0).over(Window.partitionBy(*ks))) \
@@ -341,7 +352,8 @@ def _apply(spark: "SparkSession", hpath: str, keys: list[str], data: "StructType
             *ks, F.col("_v").alias(TO_VERSION), F.col("_ts").alias(VALID_TO), F.lit(True).alias("_close"))
         source = opens.unionByName(closes, allowMissingColumns=True)
         opened, closed = events.where("_live").count(), events.where("_first and _had").count()
-        on = " and ".join(f"t.{k} = s.{k}" for k in ks) + f" and s._close and t.{IS_CURRENT}"
+        on = " and ".join(f"t.{k} = s.{k}" for k in ks) + f" and s._close and t.{IS_CURRENT}" + \
+            (f" and t.{bounds}" if bounds else "")  # (target-only: Delta skips the files outside)
         names = [*(f.name for f in data.fields), *NAMES]
         inserted: dict[str, str | Column] = {spark_ident(n): f"s.{spark_ident(n)}" for n in names}
         merge = DeltaTable.forPath(spark, hpath).alias("t").merge(source.alias("s"), on) \
@@ -357,4 +369,5 @@ def _apply(spark: "SparkSession", hpath: str, keys: list[str], data: "StructType
             merge.execute()
     finally:
         events.unpersist()
+        states.unpersist()
     return opened, closed
