@@ -12,6 +12,7 @@ from collections import defaultdict
 import psycopg
 import pytest
 
+from fixtures.history import history_faults
 from pgcdc.source import capture
 
 HISTORY = {"target": {"history": True}}
@@ -35,39 +36,27 @@ def _pg(db: psycopg.Connection) -> dict[int, tuple]:
 
 
 def check_history(syncer, table: str = "app.t") -> dict[int, list]:
-    """The history's rules, checked against the mirror as of every one of its versions:
-    a key's versions never overlap, each closed one is closed at a version (and time) no
-    earlier than it opened, only the last may be current, current iff not closed; and the
-    versions valid at mirror version V are exactly the mirror's live rows at V."""
-    versions = _versions(syncer, table)
-    for key, vs in versions.items():
-        for a, b in zip(vs, vs[1:]):
-            assert a._pgcdc_to_version is not None and a._pgcdc_to_version <= b._pgcdc_from_version, (key, a, b)
-        for v in vs:
-            assert (v._pgcdc_to_version is None) == v._pgcdc_is_current == (v._pgcdc_valid_to is None), (key, v)
-            assert v._pgcdc_to_version is None or v._pgcdc_from_version < v._pgcdc_to_version, (key, v)
-            assert v._pgcdc_valid_to is None or v._pgcdc_valid_from <= v._pgcdc_valid_to, (key, v)
-    path = syncer.path(table)
-    from delta.tables import DeltaTable
+    """The history's rules (fixtures/history.py, the differential test's oracle), here against
+    the mirror as of every one of its versions: a key's versions never overlap, each closes no
+    earlier than it opens, current iff not closed; the versions valid at mirror version V are
+    exactly the mirror's live rows at V."""
+    fault = history_faults(syncer.spark, syncer.path(table), ["id"], samples=1_000_000)
+    assert fault is None, fault
+    return _versions(syncer, table)
 
-    newest = DeltaTable.forPath(syncer.spark, path).history(1).collect()[0].version
-    first = min((v._pgcdc_from_version for vs in versions.values() for v in vs), default=newest)
-    for at in range(first, newest + 1):
-        frame = syncer.spark.read.format("delta").option("versionAsOf", at).load(path)
-        if "_pgcdc_deleted" in frame.columns:  # (soft deletes: a marked row is gone)
-            frame = frame.where("not _pgcdc_deleted")
-        mirror = {r.id: (r.v, r.s) for r in frame.collect()}
-        valid = {k: (v.v, v.s) for k, vs in versions.items() for v in vs
-                 if v._pgcdc_from_version <= at and (v._pgcdc_to_version is None or at < v._pgcdc_to_version)}
-        assert valid == mirror, f"history as of mirror version {at}"
-    return versions
+
+def _table(db: psycopg.Connection, rows: int = 20) -> None:
+    """app.t with `rows` rows (id, v = id, s = 's' || id), attached."""
+    db.execute("create schema app; create table app.t (id int primary key, v int, s text)")
+    db.execute(f"insert into app.t select i, i, 's' || i from generate_series(1, {rows}) i")
+    if rows > 100:
+        db.execute("analyze app.t")
+    capture.attach(db, "app.t")
 
 
 def test_a_row_changed_in_two_batches_has_three_versions_and_a_deleted_one_none_current(db: psycopg.Connection,
                                                                                         syncer) -> None:
-    db.execute("create schema app; create table app.t (id int primary key, v int, s text)")
-    db.execute("insert into app.t select i, i, 's' || i from generate_series(1, 20) i")
-    capture.attach(db, "app.t")
+    _table(db)
     syncer.run(**HISTORY)
     db.execute("update app.t set v = 100 where id = 1")
     db.execute("update app.t set s = 'same' where id = 3; update app.t set s = 's3' where id = 3")  # back as it was
@@ -93,9 +82,7 @@ def test_a_kill_between_the_mirror_and_its_history_is_made_good_by_the_next_run(
                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     import pgcdc.lake.history as history
 
-    db.execute("create schema app; create table app.t (id int primary key, v int, s text)")
-    db.execute("insert into app.t select i, i, 's' || i from generate_series(1, 20) i")
-    capture.attach(db, "app.t")
+    _table(db)
     syncer.run(**HISTORY)
     db.execute("update app.t set v = -v where id <= 5")
 
@@ -130,10 +117,7 @@ def test_a_resync_closes_what_it_no_longer_finds_and_opens_what_changed_without_
     """Copies in chunks (a batch past recopy_fraction), soft deletes, and a column added (a copy
     that changes the schema, folded as a snapshot): the versions of rows the copies did not
     change stay as they were."""
-    db.execute("create schema app; create table app.t (id int primary key, v int, s text)")
-    db.execute("insert into app.t select i, i, 's' || i from generate_series(1, 300) i")
-    db.execute("analyze app.t")
-    capture.attach(db, "app.t")
+    _table(db, 300)
     opts = {"target": {"history": True, "deletes": "soft"}, "copies": {"chunk_rows": 100}}
     syncer.run(**opts)
     before = check_history(syncer)
@@ -160,9 +144,7 @@ def test_history_on_for_a_table_already_synced_starts_from_it_and_the_fast_engin
         db: psycopg.Connection, syncer) -> None:
     from pgcdc.errors import TargetError
 
-    db.execute("create schema app; create table app.t (id int primary key, v int, s text)")
-    db.execute("insert into app.t select i, i, 's' || i from generate_series(1, 20) i")
-    capture.attach(db, "app.t")
+    _table(db)
     syncer.run(engine="fast")
     db.execute("update app.t set v = 0 where id = 1")
     syncer.run(**HISTORY)  # applied as before, then the history starts from the mirror as it is
@@ -183,9 +165,7 @@ def test_verify_compares_the_historys_current_rows_too_and_compact_compacts_it(d
     from pgcdc.sync.compact import compact
     from pgcdc.sync.verify import verify
 
-    db.execute("create schema app; create table app.t (id int primary key, v int, s text)")
-    db.execute("insert into app.t select i, i, 's' || i from generate_series(1, 20) i")
-    capture.attach(db, "app.t")
+    _table(db)
     syncer.run(**HISTORY)
     t = next(a for a in capture.list_attached(db) if a.name == "app.t")
     found = verify(syncer.spark, db, str(syncer.root), [t], "test")
