@@ -8,7 +8,6 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from pgcdc.errors import TargetError
 from pgcdc.source import capture
 
 SOFT = {"target": {"deletes": "soft"}}
@@ -39,33 +38,37 @@ def _check(syncer, db: psycopg.Connection, last: dict[int, int]) -> dict[int, tu
     return delta
 
 
+@pytest.mark.parametrize("engine", ["merge", "fast"])
 def test_a_deleted_row_stays_with_its_last_values_and_comes_back_when_inserted_again(db: psycopg.Connection,
-                                                                                     syncer) -> None:
+                                                                                     syncer, engine: str) -> None:
+    """With each engine: the merge engine updates a gone key's row in place, the fast engine
+    writes it again, marked (engines/fast/landed.py)."""
+    opts = SOFT | {"engine": engine}
     db.execute("create schema app; create table app.t (id int primary key, v int, s text)")
     db.execute("insert into app.t select i, i, 's' || i from generate_series(1, 40) i")
     capture.attach(db, "app.t")
-    syncer.run(**SOFT)
+    syncer.run(**opts)
     last = dict(_pg(db))
     _check(syncer, db, last)
     db.execute("update app.t set v = -v where id in (1, 2)")
-    syncer.run(**SOFT)
+    syncer.run(**opts)
     _check(syncer, db, last)
     db.execute("update app.t set v = 100 where id = 2")  # changed, then deleted, in one batch:
     db.execute("delete from app.t where id in (2, 3, 4)")  # its last synced value (-2) stays
     db.execute("insert into app.t values (41, 41, 'new'), (42, 42, 'gone before it was synced')")
     db.execute("delete from app.t where id = 42")
     lines = len(syncer.lines)
-    syncer.run(**SOFT)
-    assert any("engine merge: the table holds pgcdc's columns" in line for line in syncer.lines[lines:])
+    syncer.run(**opts)
+    assert any(f"engine {engine}: as configured" in line for line in syncer.lines[lines:])
     first = _check(syncer, db, last)
     assert first[2][0] == -2 and 42 not in first
     db.execute("insert into app.t values (3, 300, 'back')")  # re-inserted: live again
     db.execute("insert into app.t values (4, 4, 'x'); delete from app.t where id = 4")  # gone again: marked as before
-    syncer.run(**SOFT)
+    syncer.run(**opts)
     again = _check(syncer, db, last)
     assert again[3] == (300, False, None) and again[4] == first[4]
     db.execute("truncate app.t")  # every row marked
-    syncer.run(**SOFT)
+    syncer.run(**opts)
     truncated = _check(syncer, db, last)
     assert all(deleted for _, deleted, _ in truncated.values()) and truncated[4] == first[4]
 
@@ -113,9 +116,9 @@ def test_switching_to_soft_deletes_copies_the_table_and_verify_compares_live_row
         results = verify_mod.verify(syncer.spark, reader, str(syncer.root), capture.list_attached(reader))
     assert [r.equal for r in results] == [True], [r.line() for r in results]
     db.execute("update app.t set v = 0 where id = 20")
-    with pytest.raises(TargetError, match=r"ingest.engine = \"fast\" cannot apply .*holds pgcdc.s columns _pgcdc_deleted"):
-        syncer.run(**SOFT, engine="fast")
-    syncer.run()  # back to hard deletes: a copy without the marked rows and pgcdc's columns
+    syncer.run(**SOFT, engine="fast")
+    _check(syncer, db, last)
+    syncer.run()  # back to hard deletes, nothing pending: a copy without the marked rows and pgcdc's columns
     assert syncer.delta("app.t").columns == ["id", "v", "s"] and syncer.delta("app.t").count() == 20
     assert dict(syncer.delta("app.t").select("id", "v").collect()) == _pg(db)
 
@@ -128,14 +131,15 @@ def _txid(db: psycopg.Connection, *statements: str) -> int:
         return int(db.execute("select pg_current_xact_id()::text::bigint").fetchone()[0])
 
 
+@pytest.mark.parametrize("engine", ["merge", "fast"])
 def test_metadata_columns_say_when_and_up_to_which_txid_each_row_was_written(db: psycopg.Connection,
-                                                                             syncer) -> None:
+                                                                             syncer, engine: str) -> None:
     """A copy writes its watermark and one time into every row; a batch writes, into each row it
     changes (a soft delete's mark included), the greatest txid of its key's changes and its
     commit's time, later than the last commit's; the rows it leaves alone keep theirs. An
     incremental reader that keeps the greatest _pgcdc_synced_at it saw reads exactly the rows
     each later commit wrote."""
-    opts = {"target": {"deletes": "soft", "metadata_columns": True}, "mode": "strict"}
+    opts = {"target": {"deletes": "soft", "metadata_columns": True}, "mode": "strict", "engine": engine}
     db.execute("create schema app; create table app.t (id int primary key, v int, s text)")
     inserted = _txid(db, "insert into app.t select i, i, 's' || i from generate_series(1, 20) i")
     capture.attach(db, "app.t")
@@ -161,3 +165,28 @@ def test_metadata_columns_say_when_and_up_to_which_txid_each_row_was_written(db:
     last = rows()
     assert {k for k, (_, _, at, _) in last.items() if at > seen} == {1, 3}
     assert last[1][3] == third > after[1][3] and last[3][1:4:2] == (False, third)  # strict: per key, txids rise
+
+
+def test_a_copy_reads_postgres_rows_once_so_a_truncate_between_reads_cannot_lose_a_row(spark, tmp_path) -> None:
+    """A TRUNCATE is not MVCC-safe: two reads of one exported snapshot can differ (rows, then
+    none). Landing.copied must read the copy's rows once: here they come from a source that
+    gives its rows to the first read only, and every old key must come out live or marked."""
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    from pgcdc.lake.landing import Landing
+
+    reads = tmp_path / "reads"
+    reads.write_text("0")
+
+    def first_read_only(_: object) -> list[tuple[int, int]]:
+        n = int(reads.read_text())
+        reads.write_text(str(n + 1))
+        return [(k, k * 10) for k in range(1, 6)] if n == 0 else []
+    schema = StructType([StructField("id", IntegerType()), StructField("v", IntegerType())])
+    rows = spark.createDataFrame(spark.sparkContext.parallelize([0], 1).flatMap(first_read_only), schema)
+    old = spark.createDataFrame([(k, k, False, None) for k in range(1, 9)],
+                                "id int, v int, _pgcdc_deleted boolean, _pgcdc_deleted_at timestamp")
+    out = {r.id: (r.v, r._pgcdc_deleted) for r in Landing(soft_deletes=True).copied(rows, old, ["id"], 7).collect()}
+    assert int(reads.read_text()) == 1
+    assert out == {1: (10, False), 2: (20, False), 3: (30, False), 4: (40, False), 5: (50, False),
+                   6: (6, True), 7: (7, True), 8: (8, True)}

@@ -8,8 +8,8 @@
 
 Decided here alone: the columns pgcdc adds to a Delta table, the values a written row takes,
 and how a copy keeps the rows it no longer finds (marked deleted, never dropped, never
-overwritten with nulls). The merge engine applies batches of such tables; the fast engine
-leaves them to it (engines/fast, `unfit`).
+overwritten with nulls). Both engines apply batches of such tables with these values: the
+merge engine in its MERGE's clauses, the fast engine in the rows it writes (engines/fast/landed.py).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ DELETED_AT = "_pgcdc_deleted_at"
 SYNCED_AT = "_pgcdc_synced_at"
 TXID = "_pgcdc_txid"
 NAMES = (DELETED, DELETED_AT, SYNCED_AT, TXID)
+_OLD, _FOUND = "__pgcdc_old_", "__pgcdc_found"  # (a copy's join: the old rows' columns; a row the copy read)
 
 
 @dataclass(frozen=True)
@@ -88,29 +89,49 @@ class Landing:
         table's rows it replaces, or None for a new table) with `rows` (read from PostgreSQL): the
         rows, live, and, with soft deletes, each old row whose key the copy no longer finds, marked
         deleted; a row marked already stays as it was. Columns the old rows lack are null, and a
-        column of another type takes the value Spark's try_cast gives (a copy that changes them)."""
+        column of another type takes the value Spark's try_cast gives (a copy that changes them).
+
+        `rows` is read once, in one full outer join with `old`: a TRUNCATE is not MVCC-safe, so
+        two reads of one snapshot can differ (rows, then none), and a row found by one read and
+        missed by the other would be lost instead of marked."""
         from pyspark.sql import functions as F
 
         rows = self.live(rows, F.lit(watermark))
         if not self.soft_deletes or old is None:
             return rows
         names = {f.name for f in old.schema.fields}
+        prior = old.select(*[F.col(spark_ident(n)).alias(_OLD + n) for n in old.columns])
+        found = rows.withColumn(_FOUND, F.lit(True))
+        joined = found.join(prior, on=[found[spark_ident(k)] == prior[spark_ident(_OLD + k)] for k in keys],
+                            how="full_outer")
+        marked = self._marked(names, rows.schema.fields, F.lit(watermark), _OLD)
+        return joined.select(*[F.when(F.col(_FOUND).isNotNull(), F.col(spark_ident(f.name))).otherwise(m).alias(f.name)
+                               for f, m in zip(rows.schema.fields, marked)])
+
+    def marked(self, old: "DataFrame", fields: "list[StructField]", txid: "Column") -> "DataFrame":
+        """Stored rows (`old`) whose keys PostgreSQL no longer has, as a batch writes them (soft
+        deletes), with the columns `fields`: marked deleted (`gone_values(txid)`), their values
+        kept; a row marked already stays as it was."""
+        names = {f.name for f in old.schema.fields}
+        return old.select(*[c.alias(f.name) for f, c in zip(fields, self._marked(names, fields, txid))])
+
+    def _marked(self, names: set[str], fields: "list[StructField]", txid: "Column", prefix: str = "") -> "list[Column]":
+        """The values of `fields` in an old row (columns `names`, read under `prefix` + name) marked
+        deleted. Columns the old row lacks are null, a column of another type takes try_cast's value."""
+        from pyspark.sql import functions as F
 
         def was(name: str, otherwise: "Column") -> "Column":
             """The old row's value if it was marked already, else `otherwise`."""
             if name not in names or DELETED not in names:
                 return otherwise
-            return F.when(F.col(spark_ident(DELETED)), F.col(spark_ident(name))).otherwise(otherwise)
-        gone = old.join(rows.select(*[spark_ident(k) for k in keys]), on=keys, how="left_anti")
-        marked = self.gone_values(F.lit(watermark))
-        kept = []
-        for f in rows.schema.fields:
+            return F.when(F.col(spark_ident(prefix + DELETED)), F.col(spark_ident(prefix + name))).otherwise(otherwise)
+        marked = self.gone_values(txid)
+        values = []
+        for f in fields:
             if f.name in marked:
-                value = F.lit(True) if f.name == DELETED else was(f.name, marked[f.name])
+                values.append(F.lit(True) if f.name == DELETED else was(f.name, marked[f.name]))
             elif f.name in names:
-                value = F.expr(f"try_cast({spark_ident(f.name)} as {f.dataType.simpleString()})")
+                values.append(F.expr(f"try_cast({spark_ident(prefix + f.name)} as {f.dataType.simpleString()})"))
             else:
-                value = F.lit(None).cast(f.dataType)
-            kept.append(value.alias(f.name))
-        return rows.unionByName(gone.select(*kept))
-
+                values.append(F.lit(None).cast(f.dataType))
+        return values
