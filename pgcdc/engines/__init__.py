@@ -108,10 +108,12 @@ def delta_version(spark: "SparkSession") -> str:
 
 class Chooser:
     """Picks the engine for each table of a run (`ingest.engine`), after checking once, at
-    start-up, that the running Delta build allows the configured one."""
+    start-up, that the running Delta build allows the configured one. `feed_for_history`: the
+    change data feed is on for the history alone (`target.history` without
+    `target.change_data_feed`), which the fast engine's commits serve (fast.unfit)."""
 
-    def __init__(self, spark: "SparkSession", wanted: str) -> None:
-        self.spark, self.wanted = spark, wanted
+    def __init__(self, spark: "SparkSession", wanted: str, feed_for_history: bool = False) -> None:
+        self.spark, self.wanted, self.feed_for_history = spark, wanted, feed_for_history
         self.version = delta_version(spark)
         self.untested = fast.untested(self.version)
         if wanted == "fast" and self.untested is not None:
@@ -122,7 +124,8 @@ class Chooser:
         """The engine for the table at `path`, and why."""
         if self.wanted == "merge":
             return Choice(merge.ENGINE, "as configured (ingest.engine)")
-        unfit = self.untested or fast.unfit(path, tablelog.read_state(self.spark, path, need_txns=False))
+        unfit = self.untested or fast.unfit(path, tablelog.read_state(self.spark, path, need_txns=False),
+                                            self.feed_for_history)
         if self.wanted == "fast":
             if unfit is not None:
                 raise TargetError(f"ingest.engine = \"fast\" cannot apply {path}: {unfit}; set ingest.engine = "

@@ -159,8 +159,9 @@ def columns_of(conn: psycopg.Connection, tables: list[str]) -> dict[str, list[Co
     return found
 
 
-def fingerprint(table: str, key: list[str], columns: list[Column]) -> str:
-    """A short digest of a table's name, key and columns as the sync reads them: equal
+def fingerprint(table: str, key: list[str], columns: list[Column], shape: str = "") -> str:
+    """A short digest of a table's name, key and columns as the sync reads them, and the shape
+    its Delta table lands in (`shape`, pgcdc's own columns: empty for a plain mirror): equal
     fingerprints mean a Delta table checked against the one still fits the other."""
-    text = repr((table, tuple(key), tuple(columns)))
+    text = repr((table, tuple(key), tuple(columns))) + (f" {shape}" if shape else "")
     return hashlib.sha256(text.encode()).hexdigest()[:20]

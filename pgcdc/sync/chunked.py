@@ -26,7 +26,7 @@ from pgcdc.lake import target
 from pgcdc.source import chunks, enrich, events, partitions
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.chunks import CutKey
-from pgcdc.source.columns import Column, fingerprint
+from pgcdc.source.columns import Column
 from pgcdc.source.mirror import mark_committing, register_table, resync_reason
 from pgcdc.sync.progress import Meter, reached
 from pgcdc.sync.report import TableReport
@@ -106,7 +106,7 @@ def _begin(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, 
     job.say(f"{t.name}: copying the table in chunks of {rows} rows" + (f" (~{total} rows)" if total else ""),
             record="copy_start", table=t.name, total=total)
     state = ConsumerState(s.consumer, t.name, t.table_id, identity, snap.txmin, batch=last_batch,
-                          columns=fingerprint(t.name, t.key_columns, columns), shard=t.fan_in_shard)
+                          columns=job.fingerprint(t, columns), shard=t.fan_in_shard)
     return replace(state.next(snap.txmin, applied), batch=last_batch,
                    copy=CopyProgress(None, 0, 0, total, time.time()))
 

@@ -20,7 +20,7 @@ from pgcdc.lake import tablelog, target
 from pgcdc.lake.state import committed_batch
 from pgcdc.source import chunks, enrich, events, partitions
 from pgcdc.source.capture import AttachedTable
-from pgcdc.source.columns import Column, fingerprint
+from pgcdc.source.columns import Column
 from pgcdc.source.mirror import mark_committing, register_table
 from pgcdc.sync.chunked import chunk_rows, copy_in_chunks
 from pgcdc.sync.plan import copy_on_driver, partition_columns, whole_copy_reason
@@ -94,7 +94,7 @@ def _copy(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, j
         # the transactions at or above txmin whose changes the snapshot shows are copied too
         applied = events.visible_at_or_above(reader, t.table_id, snap)
         state = ConsumerState(job.settings.consumer, t.name, t.table_id, identity, snap.txmin, batch=last_batch,
-                              columns=fingerprint(t.name, t.key_columns, columns),
+                              columns=job.fingerprint(t, columns),
                               shard=t.fan_in_shard).next(snap.txmin, applied)
 
         def before_commit() -> None:
@@ -138,4 +138,4 @@ def resync_table(job: "Job", primary: psycopg.Connection, reader: psycopg.Connec
     last = committed_batch(job.spark, path, job.key(t)) or 0
     engine = job.chooser.choose(path).engine
     state = copy_table(job, primary, reader, jdbc, identity, t, columns, path, report, last, engine)
-    return job.finish(primary, reader, t, state, path, report, columns=fingerprint(t.name, t.key_columns, columns))
+    return job.finish(primary, reader, t, state, path, report, columns=job.fingerprint(t, columns))

@@ -20,7 +20,7 @@ from pgcdc.lake import history
 from pgcdc.lake.paths import local_folder, target_root
 from pgcdc.lake.state import read_state_file
 from pgcdc.source import events, partitions
-from pgcdc.source.columns import columns_of, fingerprint
+from pgcdc.source.columns import columns_of
 from pgcdc.source.mirror import mirror_states, mirrored
 from pgcdc.sync.plan import idle_base, idle_move
 from pgcdc.sync.report import TableReport
@@ -70,7 +70,7 @@ def pass_idle(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connec
                     continue  # (a kill before its history followed: the full path folds it)
             if known is None:
                 continue
-            fp = fingerprint(t.name, t.key_columns, current[t.name])
+            fp = job.fingerprint(t, current[t.name])
             base = idle_base(t, known[0], m, fp, identity, next_txid)
             if base is not None:
                 bases[t.table_id] = (t, base, m.target)

@@ -72,7 +72,9 @@ class Job:
         self.compactor = compact.Compactor(spark, settings.spark.conf)  # small files, beside the run
         self.connections = SourceConnections(settings.source, keep=following)  # a follower's: kept between runs
         self.landing = Landing.of(settings.target)  # what lands beside the source's columns
-        self.chooser = Chooser(spark, settings.ingest.engine)  # refuses an engine this Delta build cannot run
+        # (refuses an engine this Delta build cannot run)
+        self.chooser = Chooser(spark, settings.ingest.engine,
+                               settings.target.history and not settings.target.change_data_feed)
         self.on_copy: Callable[[str, float, float | None], None] | None = None  # (table, done 0-1, seconds left)
         self.lanes: list[Job] = []  # Jobs beside this one applying tables at once (runs.lane_jobs), kept
         storage.check_root(spark, settings.target.root)  # a remote root answers (reading only) before any table
@@ -125,7 +127,7 @@ class Job:
                               f"`pgcdc resync {t.name}` to write it again")
         choice = self.chooser.choose(path)
         self.routine(f"{t.name}: {choice.line()}")
-        now = fingerprint(t.name, t.key_columns, columns)
+        now = self.fingerprint(t, columns)
         quick = read_state_file(self.spark, path, key)
         copied = quick.columns if fan_in and quick is not None else ""  # (what its rows were copied with)
         why = copy_reason(primary, self.spark, s, t, path, source, copied, now)
@@ -206,6 +208,12 @@ class Job:
     def key(self, t: AttachedTable) -> str:
         """What the consumer's state of table `t` goes by in its Delta table (lake/state.py)."""
         return state_key(self.settings.consumer, t.fan_in_shard)
+
+    def fingerprint(self, t: AttachedTable, columns: list[Column]) -> str:
+        """What the table's state keeps of the columns its Delta table was checked against: its
+        name, key and columns and what lands beside them, so that a table whose columns or
+        landing changed takes the full path (sync/idle.py), which copies it again."""
+        return fingerprint(t.name, t.key_columns, columns, " ".join(f.name for f in self.landing.fields()))
 
     def source_schema(self, jdbc: dict[str, str], t: AttachedTable, columns: list[Column]) -> "StructType":
         """The table's Spark schema as the sync reads it (enrich.schema_of, a JDBC connection and

@@ -7,7 +7,9 @@ Delta or JVM call pgcdc makes lives in this subpackage:
 - driver_marks.py, key_index.py: a batch's old rows found on the driver (no Spark job);
 - driver_write.py: a small batch's rows written as one Parquet file by the driver, with
   the statistics Delta's writer would collect (file_stats.py);
-- driver_copy.py: a small table's whole copy written the same way, in one overwrite commit.
+- driver_copy.py: a small table's whole copy written the same way, in one overwrite commit;
+- landed.py: the rows a batch writes into a table that holds pgcdc's columns (soft deletes,
+  metadata columns).
 
 It runs only where it was proven to write what Delta itself would (`untested`, `unfit`);
 `pgcdc.engines.Chooser` gives every other table to the merge engine.
@@ -19,8 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
-from pgcdc.engines.fast import commit, driver_copy, driver_write, key_index
-from pgcdc.lake import landing
+from pgcdc.engines.fast import commit, driver_copy, driver_write, key_index, landed
 from pgcdc.lake.paths import local_folder
 from pgcdc.source import enrich
 from pgcdc.spark.jvm import in_background
@@ -34,11 +35,12 @@ if TYPE_CHECKING:
 
 # The Delta builds the fast engine's internal calls were tested with (make test).
 TESTED_DELTA = ("4.0.1",)
-# Writer features whose tables it was tested on: the rest (change data feed, row tracking,
-# clustering, type widening, Iceberg compatibility, ...) need actions it does not write.
+# Writer features whose tables it was tested on: the rest (row tracking, clustering, type
+# widening, Iceberg compatibility, ...) need actions it does not write. The change data feed
+# only where the history alone asks for it (`unfit`).
 HANDLED_FEATURES = {"appendOnly", "invariants", "deletionVectors", "timestampNtz", "v2Checkpoint",
                     "vacuumProtocolCheck", "inCommitTimestamp", "checkpointProtection", "columnMapping",
-                    "checkConstraints"}
+                    "checkConstraints", "changeDataFeed"}
 
 # A large batch's keys are read into the driver on this thread while Spark writes its rows
 # (psycopg and pyarrow only: it never calls the JVM, see jvm.in_background).
@@ -52,21 +54,25 @@ def untested(version: str) -> str | None:
     return f"Delta {version} is not a version the fast engine was tested with ({', '.join(TESTED_DELTA)})"
 
 
-def unfit(path: str, log: "LogState") -> str | None:
-    """Why the fast engine may not apply the table at `path` (its log state `log`), or None."""
+def unfit(path: str, log: "LogState", feed_for_history: bool = False) -> str | None:
+    """Why the fast engine may not apply the table at `path` (its log state `log`), or None.
+
+    It writes no change data files: Delta's change feed reader then finds a batch's changes
+    from its commit's files and deletion vectors, an updated row as a delete and an insert
+    (as it does for Delta's own DELETE with deletion vectors). That is all the history needs
+    (lake/history.py), so `feed_for_history` (the feed is on for the history alone) lets it
+    apply such a table; a feed asked for by `target.change_data_feed` (its readers expect
+    `update_preimage`/`update_postimage`) leaves the table to the merge engine."""
     config = {k.lower(): str(v).lower() for k, v in log.configuration.items()}
     features = set(log.protocol.get("writerFeatures") or [])
     if local_folder(path) is None:
         return "the table is not on the local file system"
     if log.metadata.get("partitionColumns"):
         return "the table is partitioned (a fan-in's by shard, or by attach --delta-partition-by)"
-    if config.get("delta.enablechangedatafeed") == "true":
+    if config.get("delta.enablechangedatafeed") == "true" and not feed_for_history:
         return "the table has the change data feed on (delta.enableChangeDataFeed)"
     if config.get("delta.enablerowtracking") == "true" or "rowTracking" in features:
         return "the table has row tracking (delta.enableRowTracking)"
-    if own := [f.name for f in log.schema().fields if f.name in landing.NAMES]:
-        return (f"the table holds pgcdc's columns {', '.join(own)} (target.deletes = \"soft\", "
-                "target.metadata_columns)")
     if config.get("delta.enabledeletionvectors") != "true":
         return "the table has no deletion vectors (delta.enableDeletionVectors)"
     if config.get("delta.columnmapping.mode", "none") not in ("none", "name"):
@@ -80,7 +86,8 @@ class FastEngine:
     """Applies a batch as deletion vectors plus new files (commit.merge). The keys of a batch
     of up to `driver_keys` keys are read into the driver, which finds their old rows; a small
     batch's rows too (if they fit in memory by the table's average row size), which the
-    driver then writes itself; the rest is left to Spark."""
+    driver then writes itself; the rest is left to Spark. A table with pgcdc's columns has its
+    rows written by Spark (landed.py), from the batch read once."""
 
     name = "fast"
 
@@ -88,10 +95,12 @@ class FastEngine:
         s, t, columns, batch, reader = work.settings, work.table, work.columns, work.batch, work.reader
         on_driver = batch.keys <= s.driver_keys and enrich.keys_fit_driver(t, columns) \
             and local_folder(work.path) is not None
+        shaped = bool(work.landing.fields())
         keys: Callable[[], pa.Table] | None = None
         rows: Future[list[tuple[object, ...]] | None] | None = None
         key_read: Future[pa.Table] | None = None
-        if on_driver and batch.keys <= s.small_batch_keys and batch.keys * work.row_bytes <= enrich.DRIVER_ROWS_BYTES:
+        if on_driver and not shaped and batch.keys <= s.small_batch_keys \
+                and batch.keys * work.row_bytes <= enrich.DRIVER_ROWS_BYTES:
             fetched = enrich.fetch_keys(reader, t, columns, batch)
             keys = lambda: fetched  # noqa: E731
             # PostgreSQL looks the rows up while Spark resolves the batch's JDBC schema and
@@ -102,16 +111,28 @@ class FastEngine:
             keys = key_read.result
         # the lowest and highest key (of a one-column integer key) let the files outside them
         # be skipped; the driver takes them from the keys it reads (of the first key column)
-        bounds = enrich.key_bounds(reader, t, batch) if keys is None else None
+        bounds = enrich.key_bounds(reader, t, batch) if keys is None or shaped else None
+        read = None
         try:
             read = work.read()
             fetched_rows = rows
             local_rows = (lambda: driver_write.arrow_rows(fetched_rows.result(), read.schema)) \
                 if fetched_rows is not None else None
-            return commit.merge(work.spark, work.path, read, work.state, work.before_commit, bounds, keys, local_rows)
+            written = None
+            if shaped:  # its live rows and gone keys come from one read of the batch (landed.py)
+                from pyspark import StorageLevel
+
+                read.frame.persist(StorageLevel.MEMORY_AND_DISK).count()
+                shaped_read, landing = read, work.landing
+                written = lambda version: landed.rows(work.spark, work.path, version, shaped_read,  # noqa: E731
+                                                      landing, bounds)
+            return commit.merge(work.spark, work.path, read, work.state, work.before_commit,
+                                None if keys is not None else bounds, keys, local_rows, written)
         finally:
             # the reader connection is free again before anything else uses it
             wait([f for f in (rows, key_read) if f is not None])
+            if shaped and read is not None:
+                read.frame.unpersist()
 
     def copy(self, work: "CopyWork") -> "Written | None":
         """A small table's copy written by the driver (driver_copy), where it is local."""

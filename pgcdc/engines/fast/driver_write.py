@@ -29,9 +29,10 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
 # Writer features under which a plain AddFile is a complete write (the commit adds the rest);
-# tables with deletion vectors, which pgcdc needs, list their features (writer version 7).
+# tables with deletion vectors, which pgcdc needs, list their features (writer version 7). With
+# the change data feed, Spark's writer too writes a plain file for rows without a change type.
 FEATURES = {"appendOnly", "invariants", "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck",
-            "inCommitTimestamp", "checkpointProtection"}
+            "inCommitTimestamp", "checkpointProtection", "changeDataFeed"}
 # Field metadata that makes Delta's writer compute or check values.
 _WRITER_METADATA = ("delta.generationExpression", "delta.identity", "delta.invariants", "delta.columnMapping")
 
