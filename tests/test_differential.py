@@ -65,7 +65,7 @@ def _play(params: Params, spark, dsn: str, tmp_path: Path, s3: S3Server | None =
     idle = [line for line in schedule.log if "table(s) idle" in line]
     print(f"passes that left idle tables alone: {len(idle)}" + (f" (last: {idle[-1]})" if idle else ""))
     assert not diffs, (f"seed {params.seed} mode {params.mode}: Delta differs from PostgreSQL:\n" + "\n".join(diffs)
-                       + "\nlast ingest output:\n" + "\n".join(schedule.log[-400:]))
+                       + "\nlast ingest output:\n" + "\n".join(schedule.log[-15:]))
 
 
 @pytest.mark.slow
