@@ -352,13 +352,22 @@ def _apply(spark: "SparkSession", hpath: str, keys: list[str], data: "StructType
             *ks, F.col("_v").alias(TO_VERSION), F.col("_ts").alias(VALID_TO), F.lit(True).alias("_close"))
         source = opens.unionByName(closes, allowMissingColumns=True)
         opened, closed = events.where("_live").count(), events.where("_first and _had").count()
-        on = " and ".join(f"t.{k} = s.{k}" for k in ks) + f" and s._close and t.{IS_CURRENT}" + \
+        # Idempotent against the history as the MERGE reads it, should another fold (a fan-in's
+        # other source) have folded some of these versions since this one read it: a close only
+        # closes a current version older than the version closing it, and a version opened
+        # already is matched (by its key and first version) and takes this fold's end instead of
+        # being opened twice.
+        on = " and ".join(f"t.{k} = s.{k}" for k in ks) + \
+            f" and ((s._close and t.{IS_CURRENT} and t.{FROM_VERSION} < s.{TO_VERSION})" \
+            f" or (not s._close and t.{FROM_VERSION} = s.{FROM_VERSION}))" + \
             (f" and t.{bounds}" if bounds else "")  # (target-only: Delta skips the files outside)
         names = [*(f.name for f in data.fields), *NAMES]
         inserted: dict[str, str | Column] = {spark_ident(n): f"s.{spark_ident(n)}" for n in names}
         merge = DeltaTable.forPath(spark, hpath).alias("t").merge(source.alias("s"), on) \
+            .whenMatchedUpdate(condition="s._close", set={VALID_TO: f"s.{VALID_TO}", TO_VERSION: f"s.{TO_VERSION}",
+                                                          IS_CURRENT: "false"}) \
             .whenMatchedUpdate(set={VALID_TO: f"s.{VALID_TO}", TO_VERSION: f"s.{TO_VERSION}",
-                                    IS_CURRENT: "false"}) \
+                                    IS_CURRENT: f"s.{IS_CURRENT}"}) \
             .whenNotMatchedInsert(condition="not s._close", values=inserted)
         confs = {"spark.databricks.delta.write.txnAppId": APP_ID,
                  "spark.databricks.delta.write.txnVersion": str(newest),
