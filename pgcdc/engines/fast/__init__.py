@@ -119,17 +119,17 @@ class FastEngine:
             fetched_rows = rows
             local_rows = (lambda: driver_write.arrow_rows(fetched_rows.result(), read.schema)) \
                 if fetched_rows is not None else None
-            written = None
+            landed_rows = None
             if shaped:  # its live rows and gone keys come from one read of the batch (landed.py)
                 from pyspark import StorageLevel
 
                 read.frame.persist(StorageLevel.MEMORY_AND_DISK).count()
                 shaped_read, landing = read, work.landing
-                written = lambda version: landed.rows(work.spark, work.path, version, shaped_read,  # noqa: E731
-                                                      landing, bounds)
+                landed_rows = lambda version: landed.rows(work.spark, work.path, version,  # noqa: E731
+                                                          shaped_read, landing, bounds)
             # (the driver takes the bounds from the keys it reads, of the first key column)
             return commit.merge(work.spark, work.path, read, work.state, work.before_commit,
-                                None if keys is not None else bounds, keys, local_rows, written)
+                                None if keys is not None else bounds, keys, local_rows, landed_rows)
         finally:
             # the reader connection is free again before anything else uses it
             wait([f for f in (rows, key_read) if f is not None])

@@ -44,7 +44,7 @@ BROADCAST_KEYS = 2_000_000
 def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerState, before_commit: Callable[[], None],
           bounds: tuple[int, int] | None = None, keys: "Callable[[], pa.Table] | None" = None,
           local_rows: "Callable[[], pa.Table | None] | None" = None,
-          written: "Callable[[int], DataFrame] | None" = None) -> Written:
+          landed_rows: "Callable[[int], DataFrame] | None" = None) -> Written:
     """Apply one batch in one Delta commit that also carries the state.
 
     Every Delta row whose key is in the batch (`read.keys`) is marked deleted with a
@@ -58,7 +58,7 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
     Spark writes `read.rows`; else Spark joins `read.keys` to the stored key columns.
     `local_rows` (gives the same as `read.rows`, read on the driver, with `keys`)
     lets the driver write them too (driver_write); where it gives None, Spark writes.
-    `written` (given the version the transaction read) gives the rows to write instead of
+    `landed_rows` (given the version the transaction read) gives the rows to write instead of
     `read.rows` (a table with pgcdc's columns: landed.py).
     `before_commit` runs once every row is read and written, right before the commit.
     """
@@ -78,10 +78,10 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
     files = pylist(spark, read_all_files(txn))
     if keys is not None and not renames_columns(txn):
         (added, write_ms), ((files, vectors, found), scan_ms) = alongside(  # rows written while old ones are found
-            lambda: _timed(lambda: _write_rows(spark, txn, read, local_rows, written)),
+            lambda: _timed(lambda: _write_rows(spark, txn, read, local_rows, landed_rows)),
             lambda: _timed(lambda: _found_on_driver(spark, txn, files, read, keys())))
         return _apply(spark, path, txn, files, vectors, found, read, state, before_commit,
-                      _Timing(started, scan_ms, write_ms), added, written)
+                      _Timing(started, scan_ms, write_ms), added, landed_rows)
     if bounds is not None:  # files whose key range misses the batch hold none of its keys
         files = files_overlapping(files, read.key_columns[0], *bounds)
     key_frame = read.keys.persist(StorageLevel.MEMORY_AND_DISK)  # read once from PostgreSQL: counted, then joined
@@ -89,7 +89,7 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
         num_keys = key_frame.count()
         vectors, scan_ms = _timed(lambda: _matched_rows(spark, txn, files, key_frame, num_keys, bounds))
         return _apply(spark, path, txn, files, vectors, _Found(num_keys, bounds), read, state, before_commit,
-                      _Timing(started, scan_ms), None, written)
+                      _Timing(started, scan_ms), None, landed_rows)
     finally:
         key_frame.unpersist()
 
@@ -134,26 +134,26 @@ def _found_on_driver(spark: "SparkSession", txn: Any, files: list[Any], read: "B
 
 
 def _write_rows(spark: "SparkSession", txn: Any, read: "BatchRead", local_rows: "Callable[[], pa.Table | None] | None",
-                written: "Callable[[int], DataFrame] | None") -> list[Any]:
+                landed_rows: "Callable[[int], DataFrame] | None") -> list[Any]:
     """Write the batch's rows: by the driver where it has them (`local_rows`), else by a Spark
-    job (`written`'s rows, or the live rows); their AddFiles."""
+    job (`landed_rows`, or the live rows); their AddFiles."""
     table = local_rows() if local_rows is not None else None
     added = driver_write.write(spark, txn, table, read.key_columns) if table is not None else None
     if added is not None:
         return added
-    rows = written(int(txn.readVersion())) if written is not None else read.rows
+    rows = landed_rows(int(txn.readVersion())) if landed_rows is not None else read.rows
     return pylist(spark, txn.writeFiles(rows._jdf))
 
 
 def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], vectors: Any, found: _Found,
            read: "BatchRead", state: ConsumerState, before_commit: Callable[[], None], timing: _Timing,
-           added: list[Any] | None = None, rows: "Callable[[int], DataFrame] | None" = None) -> Written:
+           added: list[Any] | None = None, landed_rows: "Callable[[int], DataFrame] | None" = None) -> Written:
     """Commit the rows' new files (`added`, written by the driver; if None, Spark writes them
     now) with the deletion vectors (`vectors`, over `files`) and the state, with a MERGE's
     operation parameters and metrics."""
     removals, dv_metrics = _mark_deleted(spark, txn, files, vectors)
     if added is None:
-        written, timing.write_ms = _timed(lambda: _write_rows(spark, txn, read, None, rows))
+        written, timing.write_ms = _timed(lambda: _write_rows(spark, txn, read, None, landed_rows))
     else:
         written = added
     added_json = [json.loads(a.json())["add"] for a in written]
