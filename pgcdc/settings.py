@@ -131,6 +131,18 @@ class IngestSettings(BaseModel):
         "session on the shared SparkContext) that joins the consumer as a worker: a slow table holds back only "
         "its lane; 1 = one table after another",
     )
+    cuts: bool = Field(
+        default=True,
+        description="out_of_order mode: each pass reads every table's rows as of one snapshot of the reader, so "
+        "that after the pass the consumer's tables agree with each other as of that snapshot (a cut, "
+        "docs/readers.md; `pgcdc cut` names each table's Delta version); false: each batch reads the rows as "
+        "they are when it reads them. Strict mode makes no cuts",
+    )
+    cut_seconds: float = Field(
+        default=60.0, gt=0,
+        description="a pass holds its snapshot (which holds back vacuum on the source) for at most about this "
+        "long: tables it reaches later read their rows as they are then and are left out of its cut, named",
+    )
     recopy_fraction: float = Field(
         default=0.25, ge=0, le=1,
         description="a batch changing at least this fraction of a table's rows (estimated) is applied by "

@@ -96,6 +96,7 @@ class ConsumerState:
     columns: str = ""  # the fingerprint of the source columns its Delta table was last checked against ("": unknown)
     shard: int | None = None  # a fan-in source's shard: its rows in the Delta table, and its state there
     copy: CopyProgress | None = None  # a copy in chunks under way: no batch applies before it ends
+    version: int | None = None  # the Delta version whose commit holds this state (None: not known yet)
 
     @property
     def key(self) -> str:
@@ -110,25 +111,27 @@ class ConsumerState:
         while ooo.ranges and ooo.ranges[0][0] == wm:  # the watermark swallows a range that starts at it
             wm = ooo.ranges[0][1] + 1
             ooo = ooo.at_or_above(wm)
-        return replace(self, watermark=wm, out_of_order=ooo, batch=self.batch + 1, run_id=uuid.uuid4().hex)
+        return replace(self, watermark=wm, out_of_order=ooo, batch=self.batch + 1, run_id=uuid.uuid4().hex,
+                       version=None)
 
     def chunk(self, copy: CopyProgress | None) -> "ConsumerState":
         """The state committed with one more chunk of a copy (`copy`: its progress, None once the
         last chunk is in): the same watermark, the next batch number."""
-        return replace(self, batch=self.batch + 1, run_id=uuid.uuid4().hex, copy=copy)
+        return replace(self, batch=self.batch + 1, run_id=uuid.uuid4().hex, copy=copy, version=None)
 
     def passed(self, watermark: int, applied_above: "TxidSet | None" = None) -> "ConsumerState":
         """The state once a batch without events is passed (nothing committed to Delta): the same
         batch number and run; only the watermark may move up."""
         moved = self.next(watermark, applied_above or TxidSet())
-        return replace(moved, batch=self.batch, run_id=self.run_id)
+        return replace(moved, batch=self.batch, run_id=self.run_id, version=self.version)
 
     def to_json(self) -> str:
         return json.dumps({"pgcdc_state": STATE_FORMAT, "consumer": self.consumer, "table": self.table,
                            "table_id": self.table_id, "system_id": self.system_id, "watermark": self.watermark,
                            "out_of_order": self.out_of_order.encode(), "batch": self.batch, "run_id": self.run_id,
                            "columns": self.columns, **({} if self.shard is None else {"shard": self.shard}),
-                           **({} if self.copy is None else {"copy": self.copy.encode()})},
+                           **({} if self.copy is None else {"copy": self.copy.encode()}),
+                           **({} if self.version is None else {"version": self.version})},
                           sort_keys=True)
 
     @classmethod
@@ -143,7 +146,8 @@ class ConsumerState:
         return cls(consumer=d["consumer"], table=d["table"], table_id=int(d["table_id"]), system_id=d["system_id"],
                    watermark=int(d["watermark"]), out_of_order=TxidSet.decode(d["out_of_order"]),
                    batch=int(d["batch"]), run_id=d.get("run_id", ""), columns=d.get("columns", ""),
-                   shard=None if d.get("shard") is None else int(d["shard"]), copy=CopyProgress.decode(d.get("copy")))
+                   shard=None if d.get("shard") is None else int(d["shard"]), copy=CopyProgress.decode(d.get("copy")),
+                   version=None if d.get("version") is None else int(d["version"]))
 
 
 def state_key(consumer: str, shard: int | None) -> str:

@@ -75,14 +75,15 @@ def test_delta_equals_postgres_after_a_random_schedule(spark, dsn: str, tmp_path
     """PGCDC_PLAIN_SHAPES=1 keeps the plain mirror whatever the seed draws (scripts/pg18.sh: the
     landing shapes do not depend on the server's version, and the second pair plays them)."""
     shapes = PLAIN_SHAPES if os.environ.get("PGCDC_PLAIN_SHAPES") else {}
-    _play(Params.draw(seed, mode, runs=CI_RUNS, **CI, **shapes), spark, dsn, tmp_path)
+    _play(Params.draw(seed, mode, runs=CI_RUNS, bank=True, **CI, **shapes), spark, dsn, tmp_path)
 
 
 @pytest.mark.slow
 def test_delta_equals_postgres_reading_through_a_hot_standby(spark, dsn: str, pg_standby, tmp_path: Path) -> None:
     seed = SEEDS[0] + 500
     standby = pg_standby.dsn(conninfo_to_dict(dsn)["dbname"])
-    _play(Params.draw(seed, "out_of_order", replica_dsn=standby, runs=2, engine="auto", **CI), spark, dsn, tmp_path)
+    _play(Params.draw(seed, "out_of_order", replica_dsn=standby, runs=2, engine="auto", bank=True, **CI), spark, dsn,
+          tmp_path)
 
 
 @pytest.mark.slow

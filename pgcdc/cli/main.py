@@ -13,6 +13,7 @@ from pgcdc import __version__, errors, log
 from pgcdc.cli.common import print_json as _print_json
 from pgcdc.cli.common import settings_of as _settings
 from pgcdc.cli.common import source_of as _source
+from pgcdc.cli.cuts import cmd_cut
 from pgcdc.cli.tables import cmd_attach, cmd_detach, cmd_grant, cmd_install, cmd_list, cmd_uninstall
 from pgcdc.cli.spark_commands import (
     cmd_compact,
@@ -251,6 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
         "after a database restore or a failover to a lagging standby: copy every synced table again")
     p = add("verify", cmd_verify, "compare Delta tables with PostgreSQL row by row (exit 1 if any differs)")
     p.add_argument("tables", nargs="*", metavar="TABLE", help="default: the configured (or all attached) tables")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p = add("cut", cmd_cut, "print the newest cut: the Delta version at which each table agrees with the others "
+            "as of one snapshot of the database (docs/readers.md)")
+    p.add_argument("tables", nargs="*", metavar="TABLE", help="only these (Delta or PostgreSQL names): the newest "
+                   "cut holding all of them (default: every table of the consumer)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p = add("status", cmd_status, "show whether capture and sync are healthy (exit 1: attention needed)")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -110,11 +111,11 @@ def state_from_history(spark: "SparkSession", path: str, key: str, batch: int) -
     """Find the state of `batch` in the commitInfo of the table's recent commits."""
     from delta.tables import DeltaTable
 
-    rows = DeltaTable.forPath(spark, path).history().select("userMetadata").collect()
+    rows = DeltaTable.forPath(spark, path).history().select("version", "userMetadata").collect()
     for row in rows:  # newest first
         state = ConsumerState.from_json(row.userMetadata) if row.userMetadata else None
         if state and state.key == key and state.batch == batch:
-            return state
+            return replace(state, version=int(row.version))
     return None
 
 

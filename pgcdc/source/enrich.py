@@ -24,6 +24,7 @@ from pgcdc.source.capture import AttachedTable
 from pgcdc.source.columns import Column
 from pgcdc.source.db import reader_statements
 from pgcdc.source.events import Batch
+from pgcdc.source.snapshots import import_statements
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -208,17 +209,12 @@ def read_queries(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, 
 
     With `snapshot` (from pg_export_snapshot()), every connection reads in that one snapshot.
     """
-    init = []
-    if snapshot is not None:
-        if not re.fullmatch(r"[0-9A-F-]+", snapshot):
-            raise ValueError(f"not a snapshot id: {snapshot!r}")
-        # (no idle_in_transaction_session_timeout may end the exporting transaction's snapshot
-        # while Spark copies: the exporting session sets it off too, see sync/copies.py). The
-        # driver has begun the transaction already (Spark's PostgreSQL dialect turns autocommit
-        # off to fetch in batches), so this sets its isolation: a BEGIN here would leave a
-        # "there is already a transaction in progress" warning in the server's log per connection
-        init = ["SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY", f"SET TRANSACTION SNAPSHOT '{snapshot}'"]
-    url, props = _props(jdbc, *init)
+    # (no idle_in_transaction_session_timeout may end the exporting transaction's snapshot
+    # while Spark copies: the exporting session sets it off too, see sync/copies.py). The
+    # driver has begun the transaction already (Spark's PostgreSQL dialect turns autocommit
+    # off to fetch in batches), so this sets its isolation: a BEGIN here would leave a
+    # "there is already a transaction in progress" warning in the server's log per connection
+    url, props = _props(jdbc, *([] if snapshot is None else import_statements(snapshot)))
     frames = [spark.read.jdbc(url, f"({q}) pgcdc_q", properties=props) for q in queries]
     df = frames[0]
     for other in frames[1:]:
@@ -355,12 +351,17 @@ def replayed_at_least(lsn: str, seconds: float = REPLAY_WAIT_SECONDS) -> str:
 
 def read_batch(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],
                batch: Batch, partitions: int, replayed: str | None = None, known: "StructType | None" = None,
-               check: Callable[["StructType"], None] = lambda schema: None, txids: bool = False) -> BatchRead:
-    """The batch's keys with their current rows (batch_query), read in `partitions` shares;
-    `replayed`: the WAL position of the standby the batch was planned on, which every
-    reading connection must have reached (replayed_at_least). `known`, `check`: see BatchRead;
-    `txids`: see batch_query."""
-    url, props = _props(jdbc, *([replayed_at_least(replayed)] if replayed is not None else []))
+               check: Callable[["StructType"], None] = lambda schema: None, txids: bool = False,
+               snapshot: str | None = None) -> BatchRead:
+    """The batch's keys with their current rows (batch_query), read in `partitions` shares: each
+    share in the exported `snapshot` (a pass's, source/snapshots.py) if given, else as they are
+    then, once its connection has reached `replayed` (the WAL position of the standby the batch
+    was planned on: replayed_at_least). `known`, `check`: see BatchRead; `txids`: see batch_query."""
+    if snapshot is not None:
+        init = import_statements(snapshot)
+    else:
+        init = [replayed_at_least(replayed)] if replayed is not None else []
+    url, props = _props(jdbc, *init)
 
     def make() -> "DataFrame":
         frame = spark.read.jdbc(url, f"({batch_query(t, columns, batch, txids)}) pgcdc_q",

@@ -23,7 +23,7 @@ import psycopg
 
 from pgcdc import faults
 from pgcdc.lake import target
-from pgcdc.source import chunks, enrich, events, partitions
+from pgcdc.source import chunks, enrich, events, partitions, snapshots
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.chunks import CutKey
 from pgcdc.source.columns import Column
@@ -96,8 +96,7 @@ def _begin(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, 
     registered = register_table(primary, s.consumer, t.table_id, path)
 
     def first_snapshot() -> tuple[events.Snapshot, TxidSet]:
-        with reader.transaction():
-            reader.execute("set transaction isolation level repeatable read, read only")
+        with snapshots.reading(reader):
             snap = events.take_snapshot(reader)
             if snap.txmin < registered:  # a standby that has not replayed the registration yet
                 raise events.Behind(snap.txmin)
@@ -122,8 +121,7 @@ def _chunk(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, 
     # waiting for that lock would queue the shares' locks behind its own, and the shares would
     # wait for a transaction that waits for them (on a standby, until replay cancels them).
     chunk = chunks.next_chunk(reader, t, key, chunks.decode(state.copy.after), rows, parts)
-    with reader.transaction():  # held open while Spark reads and writes the chunk: its shares share it
-        reader.execute("set transaction isolation level repeatable read, read only")
+    with snapshots.reading(reader):  # held open while Spark reads and writes the chunk: its shares share it
         exported = reader.execute("select pg_export_snapshot()").fetchone()[0]
         frame = enrich.read_queries(job.spark, jdbc, t, columns,
                                     [chunks.range_query(t, columns, key, lo, hi) for lo, hi in chunk.ranges], exported)
@@ -134,7 +132,7 @@ def _chunk(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, 
         faults.failpoint("before-chunk-commit")
         written = target.replace_rows(job.spark, path, frame, new, chunks.delta_where(key, chunk.lo, chunk.hi),
                                       t.key_columns, job.landing)
-    job.committed(primary, path, new, written, copied=first)
+    new = job.committed(primary, path, new, written, copied=first)
     faults.failpoint("after-chunk-commit")
     return new, written.upserted
 

@@ -18,7 +18,7 @@ from pgcdc import faults
 from pgcdc.engines import CopyWork, Engine
 from pgcdc.lake import tablelog, target
 from pgcdc.lake.state import committed_batch
-from pgcdc.source import chunks, enrich, events, partitions
+from pgcdc.source import chunks, enrich, events, partitions, snapshots
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.columns import Column
 from pgcdc.source.mirror import mark_committing, register_table
@@ -84,8 +84,7 @@ def _copy(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, j
           registered: int, engine: Engine | None, size: partitions.Size) -> ConsumerState:
     """copy_table's copy (of a table of `size`) in one snapshot of the reader, which must have
     reached `registered`."""
-    with reader.transaction():  # held open while Spark copies: the partitions share its snapshot
-        reader.execute("set transaction isolation level repeatable read, read only")
+    with snapshots.reading(reader):  # held open while Spark copies: the partitions share its snapshot
         snap = events.take_snapshot(reader)
         if snap.txmin < registered:  # a standby that has not replayed the registration yet
             raise events.Behind(snap.txmin)
@@ -110,7 +109,7 @@ def _copy(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, j
                                      size.pages, exported)
             before_commit()
             written = target.overwrite(job.spark, path, rows, state, t.key_columns, job.landing, partition_columns(t))
-    job.committed(primary, path, state, written, copied=True)
+    state = job.committed(primary, path, state, written, copied=True)
     report.copied = written.upserted
     return state
 

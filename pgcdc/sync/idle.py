@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING
 from pgcdc.lake import history
 from pgcdc.lake.paths import local_folder, target_root
 from pgcdc.lake.state import read_state_file
-from pgcdc.source import events, partitions
+from pgcdc.source import events, partitions, snapshots
 from pgcdc.source.columns import columns_of
 from pgcdc.source.mirror import mirror_states, mirrored
+from pgcdc.sync.cut import still_open
 from pgcdc.sync.plan import idle_base, idle_move
 from pgcdc.sync.report import TableReport
 
@@ -57,8 +58,8 @@ def pass_idle(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connec
     candidates = [t for t in candidates if t.table_id not in gapped]
     if not candidates:
         return {}, {}
-    with reader.transaction():
-        reader.execute("set transaction isolation level repeatable read, read only")
+    cut = still_open(job.cut)  # (in a cut, the queue is read in its snapshot: idle tables join it)
+    with snapshots.reading(reader, None if cut is None else cut.held):
         current = columns_of(reader, [t.name for t in candidates])
         for t in candidates:
             m = mirrors[t.table_id]
@@ -72,6 +73,8 @@ def pass_idle(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connec
                 continue
             fp = job.fingerprint(t, current[t.name])
             base = idle_base(t, known[0], m, fp, identity, next_txid)
+            if base is not None and cut is not None and (base.version is None or cut.admits(t, base) is not None):
+                continue  # (the full path finds its Delta version, or says why it cannot join the cut)
             if base is not None:
                 bases[t.table_id] = (t, base, m.target)
         snap = events.take_snapshot(reader)
@@ -90,8 +93,11 @@ def pass_idle(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connec
         passed[t.name] = report
         moved.append((state, path))
     mirror_states(primary, moved)
+    by_id = {t.table_id: t for t in candidates}
     for state, path in moved:
         job.known[state.table_id] = (state, path)
+        if cut is not None:
+            cut.join(by_id[state.table_id], path, state.version)
     if passed:
         job.routine(f"{len(passed)} of {len(tables)} table(s) idle: nothing to apply; watermarks moved, "
                     "their Delta tables not read")

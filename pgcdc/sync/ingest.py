@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -24,11 +24,11 @@ from pgcdc.engines import BatchWork, Chooser, Engine
 from pgcdc.errors import TargetError
 from pgcdc.lake.landing import Landing
 from pgcdc.lake import catalog, history, shards, tablelog, target
-from pgcdc.lake.state import committed_batch, load_state, read_state_file, write_state_file
+from pgcdc.lake.state import committed_batch, load_state, read_state_file, state_from_history, write_state_file
 from pgcdc.lake.target import Written
 from pgcdc.log import fields
 from pgcdc.settings import Settings
-from pgcdc.source import access, enrich, events, partitions
+from pgcdc.source import access, enrich, events, partitions, snapshots
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.columns import Column, fingerprint, table_columns
 from pgcdc.source.events import pending
@@ -36,6 +36,7 @@ from pgcdc.source.mirror import mark_committing, mirror_state, mirrored
 from pgcdc.source.sessions import RunSource, SourceConnections, run_source
 from pgcdc.spark import storage
 from pgcdc.sync import compact, copies
+from pgcdc.sync.cut import PassCut, leave
 from pgcdc.sync.plan import (check_state, columns_changed, copy_reason, next_step, table_path,
                              with_mirror)
 from pgcdc.sync.report import UNDEFINED_COLUMN, TableReport, first_line, source_state
@@ -77,6 +78,7 @@ class Job:
                                settings.target.history and not settings.target.change_data_feed)
         self.on_copy: Callable[[str, float, float | None], None] | None = None  # (table, done 0-1, seconds left)
         self.lanes: list[Job] = []  # Jobs beside this one applying tables at once (runs.lane_jobs), kept
+        self.cut: PassCut | None = None  # the pass's cut (sync/cut.py), shared with its lanes
         storage.check_root(spark, settings.target.root)  # a remote root answers (reading only) before any table
 
     def close(self) -> None:
@@ -128,41 +130,52 @@ class Job:
         choice = self.chooser.choose(path)
         self.routine(f"{t.name}: {choice.line()}")
         now = self.fingerprint(t, columns)
+        cut = self.cut
+        if cut is not None and not cut.open():
+            cut = leave(cut, t, cut.late(), self.routine)
         quick = read_state_file(self.spark, path, key)
         copied = quick.columns if fan_in and quick is not None else ""  # (what its rows were copied with)
         why = copy_reason(primary, self.spark, s, t, path, source, copied, now)
         if why is not None:
             self.say(f"{t.name}: {why}: copying the table again")
+            cut = leave(cut, t, f"copied in a snapshot of its own ({why})", self.routine)
             copies.copy_table(self, primary, reader, jdbc, identity, t, columns, path, report,
                               committed_batch(self.spark, path, key) or 0, choice.engine)
             quick = read_state_file(self.spark, path, key)
         mirror = mirrored(primary, s.consumer, [t.table_id]).get(t.table_id)
         if quick is not None and quick.copy is None:
             quick = with_mirror(quick, mirror)
-            batch = self.plan(reader, quick)
+            if cut is not None and (refused := cut.admits(t, quick)) is not None:
+                cut = leave(cut, t, refused, self.routine)
+            batch = self.plan(reader, quick, cut=cut)
             if batch is None or batch.events == 0:
                 # Fast path for an idle table: the state file may only lag Delta after a crash
                 # between the commit and the file write, and then the lagging state still sees
                 # the committed batch's events as pending, so it is never idle.
                 check_state(primary, quick, identity, t, path)
                 return self.finish(primary, reader, t, self.moved(path, quick, batch), path, report,
-                                   choice.engine, now)
+                                   choice.engine, now, cut)
         state = load_state(self.spark, path, key)
         if state is not None:
             state = with_mirror(state, mirror)
         if state is None:
+            cut = leave(cut, t, "copied in a snapshot of its own (its first copy)", self.routine)
             state = copies.copy_table(self, primary, reader, jdbc, identity, t, columns, path, report, 0, choice.engine)
         elif state.copy is not None:  # a copy in chunks that a kill or a stop left under way
+            cut = leave(cut, t, "a copy in chunks is under way (each chunk reads in a snapshot of its own)", self.routine)
             check_state(primary, state, identity, t, path)
             state = copies.resume_copy(self, primary, reader, jdbc, identity, t, columns, path, report, state,
                                        choice.engine)
+        elif cut is not None and (refused := cut.admits(t, state)) is not None:
+            cut = leave(cut, t, refused, self.routine)
         check_state(primary, state, identity, t, path)
 
         start: events.Snapshot | None = None
         compacted_at = 0  # (report.batches when the table's small files were last looked at)
         while state.copy is None:  # (a copy still under way: the job was asked to stop between its chunks)
-            with reader.transaction():
-                reader.execute("set transaction isolation level repeatable read, read only")
+            if cut is not None and not cut.open():
+                cut = leave(cut, t, cut.late(), self.routine)
+            with snapshots.reading(reader, None if cut is None else cut.held):
                 snap = events.take_snapshot(reader)
                 batch = self.plan(reader, state, snap)
                 size = partitions.size(reader, t.name)
@@ -173,6 +186,7 @@ class Job:
             step = next_step(batch, size.rows, s.ingest.recopy_fraction)
             if step.kind == "copy":
                 self.say(f"{t.name}: batch holds {step.why}: copying the table instead of applying the batch")
+                cut = leave(cut, t, f"copied in a snapshot of its own (a batch holding {step.why})", self.routine)
                 state = copies.copy_table(self, primary, reader, jdbc, identity, t, columns, path, report,
                                           state.batch, choice.engine)
                 report.events += batch.events
@@ -185,10 +199,11 @@ class Job:
                 row_bytes = size.bytes / max(size.rows, 1)  # (rows is -1 before the first analyze)
                 try:
                     state = self.apply_batch(choice.engine, primary, reader, jdbc, t, columns, batch, snap,
-                                             row_bytes, state, path, report)
+                                             row_bytes, state, path, report, cut)
                 except ColumnsChanged as changed:  # DDL since the run began; the copy covers this batch
                     self.say(f"{t.name}: its columns changed while this run read it ({changed}): copying the "
                              "table again")
+                    cut = leave(cut, t, f"copied in a snapshot of its own (its columns changed: {changed})", self.routine)
                     columns = table_columns(reader, t.name)
                     state = copies.copy_table(self, primary, reader, jdbc, identity, t, columns, path, report,
                                               state.batch, choice.engine)
@@ -197,13 +212,16 @@ class Job:
             if batch.next_txid is None or batch.next_txid >= self.horizon(start):  # (None: caught up)
                 break
             if self.stopping():
+                cut = leave(cut, t, "the run was asked to stop before the table caught up", self.routine)
                 break
             if 0 < s.ingest.compact_files <= report.batches - compacted_at:  # a long backlog: compact on the way
                 self.compactor.between_batches(path, t.name, s.ingest.compact_files, t.fan_in_shard)
                 compacted_at = report.batches
+        if state.copy is not None:
+            cut = leave(cut, t, "a copy in chunks is under way (each chunk reads in a snapshot of its own)", self.routine)
         if report.batches and not self.stopping():  # (each batch added files)
             self.compactor.after_batches(path, t.name, s.ingest.compact_files, t.fan_in_shard)
-        return self.finish(primary, reader, t, state, path, report, choice.engine, now)
+        return self.finish(primary, reader, t, state, path, report, choice.engine, now, cut)
 
     def key(self, t: AttachedTable) -> str:
         """What the consumer's state of table `t` goes by in its Delta table (lake/state.py)."""
@@ -232,11 +250,17 @@ class Job:
 
     def finish(self, primary: psycopg.Connection, reader: psycopg.Connection, t: AttachedTable,
                state: ConsumerState, path: str, report: TableReport, engine: Engine | None = None,
-               columns: str = "") -> TableReport:
+               columns: str = "", cut: PassCut | None = None) -> TableReport:
         """Bring the table's history up to its Delta table (lake/history.py), mirror the state (also
         tells `pgcdc status` this run happened), let the engine tidy its own files, and report.
         `columns`: the fingerprint of the columns its Delta table was checked against in this run,
-        kept in the state file for the next passes (sync/idle.py)."""
+        kept in the state file for the next passes (sync/idle.py); `cut`: the pass's cut, which the
+        table joins at the version holding its state (found in its history for a state written
+        by an older pgcdc)."""
+        if cut is not None and state.version is None and (found := state_from_history(
+                self.spark, path, state.key, state.batch)) is not None:
+            state = replace(state, version=found.version)
+            write_state_file(self.spark, path, state)
         if columns and state.columns != columns:
             state = replace(state, columns=columns)
             write_state_file(self.spark, path, state)
@@ -248,6 +272,8 @@ class Job:
             engine.finish(path)
         report.watermark = state.watermark
         report.pending_events, report.oldest_pending = pending(reader, state)
+        if cut is not None:
+            cut.join(t, path, state.version)
         if report.wrote:
             self.say(report.line(), logging.INFO, **report.fields())
         else:
@@ -285,14 +311,13 @@ class Job:
         (out-of-order mode). Later transactions are the next run's."""
         return start.xmax if self.settings.ingest.mode == "out_of_order" else start.txmin
 
-    def plan(self, reader: psycopg.Connection, state: ConsumerState,
-             snap: events.Snapshot | None = None) -> events.Batch | None:
-        """The next batch from `state` on, in the reader's current snapshot `snap` (or in a
-        snapshot of its own)."""
+    def plan(self, reader: psycopg.Connection, state: ConsumerState, snap: events.Snapshot | None = None,
+             cut: PassCut | None = None) -> events.Batch | None:
+        """The next batch from `state` on, in the reader's current snapshot `snap` (or in the
+        pass's snapshot, `cut`, or in a snapshot of its own)."""
         s = self.settings.ingest
         if snap is None:
-            with reader.transaction():
-                reader.execute("set transaction isolation level repeatable read, read only")
+            with snapshots.reading(reader, None if cut is None else cut.held):
                 return self.plan(reader, state, events.take_snapshot(reader))
         return events.plan_batch(reader, snap, state, out_of_order=s.mode == "out_of_order",
                                  max_events=s.max_events_per_batch, max_keys=s.max_keys_per_batch)
@@ -300,8 +325,9 @@ class Job:
     def apply_batch(self, engine: Engine, primary: psycopg.Connection, reader: psycopg.Connection,
                     jdbc: dict[str, str], t: AttachedTable, columns: list[Column], batch: events.Batch,
                     snap: events.Snapshot, row_bytes: float, state: ConsumerState, path: str,
-                    report: TableReport) -> ConsumerState:
-        """Apply one batch with `engine`, then copy its state next to the table and into PostgreSQL."""
+                    report: TableReport, cut: PassCut | None = None) -> ConsumerState:
+        """Apply one batch with `engine`, then copy its state next to the table and into PostgreSQL.
+        In a pass's cut, every read of the batch's rows (Spark's and the driver's) is in its snapshot."""
         s = self.settings.ingest
         began = time.monotonic()
         partitions = enrich.batch_partitions(batch.keys, s.small_batch_keys, s.jdbc_partitions,
@@ -318,19 +344,22 @@ class Job:
         def read() -> enrich.BatchRead:
             # the rows' schema is the one this run checked against the Delta table (same columns)
             rows = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions, snap.replayed,
-                                     self.source_schema(jdbc, t, columns), check, txids=self.landing.metadata)
+                                     self.source_schema(jdbc, t, columns), check, txids=self.landing.metadata,
+                                     snapshot=None if cut is None else cut.held.exported)
             faults.failpoint("before-merge")
             return rows
 
         try:
-            written = engine.apply(BatchWork(self.spark, path, t, columns, batch, reader, row_bytes, s, new_state,
-                                             read, lambda: mark_committing(primary, new_state, path), self.landing))
+            with nullcontext() if cut is None else snapshots.importing(reader, cut.held):
+                written = engine.apply(BatchWork(self.spark, path, t, columns, batch, reader, row_bytes, s,
+                                                 new_state, read, lambda: mark_committing(primary, new_state, path),
+                                                 self.landing))
         except Exception as exc:  # a column renamed or dropped after the run checked them: a copy covers it
             if source_state(exc) != UNDEFINED_COLUMN:
                 raise
             raise ColumnsChanged(first_line(exc)) from exc
         faults.failpoint("after-merge")
-        self.committed(primary, path, new_state, written)
+        new_state = self.committed(primary, path, new_state, written)
         seconds = round(time.monotonic() - began, 3)
         self.say(f"{t.name}: batch {new_state.batch} applied by {engine.name}: {batch.events} events, {batch.keys} keys, "
                  f"{written.upserted} upserted, {written.deleted} deleted; watermark {new_state.watermark} "
@@ -344,10 +373,10 @@ class Job:
         return new_state
 
     def committed(self, primary: psycopg.Connection, path: str, state: ConsumerState, written: Written,
-                  copied: bool = False) -> None:
+                  copied: bool = False) -> ConsumerState:
         """After a Delta commit: check that the files it added are there (an outside VACUUM with its
         retention check off deletes a batch's files before they are committed), then copy the
-        state next to the table and into PostgreSQL."""
+        state, with the version that holds it, next to the table and into PostgreSQL; return it."""
         faults.failpoint("after-commit")
         gone = tablelog.added_missing(self.spark, path, written.version)
         if gone:
@@ -355,9 +384,11 @@ class Job:
                               f"({', '.join(gone)}, ...): something deleted them while the batch was written (a VACUUM "
                               f"with its retention check off?); the table cannot be read until `pgcdc resync "
                               f"{state.table}` writes it again")
+        state = replace(state, version=written.version)
         write_state_file(self.spark, path, state)
         faults.failpoint("after-state-file")
         mirror_state(primary, state, path, copied)
+        return state
 
 
 def _moved(state: ConsumerState, batch: events.Batch | None) -> ConsumerState:

@@ -9,8 +9,8 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -25,7 +25,8 @@ from pgcdc.source.capture import AttachedTable
 from pgcdc.source.consumers import record_run
 from pgcdc.source.db import connect
 from pgcdc.spark.session import activate, get_session, pinned_threads, side_session
-from pgcdc.sync import copies
+from pgcdc.sync import copies, cut
+from pgcdc.sync.cut import PassCut
 from pgcdc.sync.departed import remove_departed
 from pgcdc.sync.idle import pass_idle
 from pgcdc.sync.ingest import Job
@@ -118,11 +119,22 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
         elsewhere: list[str] = []  # tables another worker of the consumer is applying
         try:
             live = [t for t in tables if t.name not in skip]
-            passed, oldest = _idle(job, primary, reader, identity, live)
-            reports.extend(passed.values())
-            # the table whose oldest pending change is oldest first (one never looked at before all)
-            work = _Pass(sorted((t for t in live if t.name not in passed), key=lambda t: oldest.get(t.table_id, 0)))
-            _apply_in_lanes(job, primary, reader, jdbc, identity, work)
+            with _cut(job, primary, tables) as pass_cut:
+                job.cut = pass_cut
+                for t in tables:
+                    if t.name in skip and pass_cut is not None:
+                        pass_cut.leave(t, "held back after failures")
+                try:
+                    passed, oldest = _idle(job, primary, reader, identity, live)
+                    reports.extend(passed.values())
+                    # the table whose oldest pending change is oldest first (one never looked at before all)
+                    work = _Pass(sorted((t for t in live if t.name not in passed),
+                                        key=lambda t: oldest.get(t.table_id, 0)))
+                    _apply_in_lanes(job, primary, reader, jdbc, identity, work)
+                finally:
+                    job.cut = None
+            if pass_cut is not None:
+                _record_cut(job, pass_cut, tables)
             reports += work.reports
             failed, elsewhere = work.failed, work.elsewhere
             if elsewhere:
@@ -158,6 +170,30 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
                           batches=batches, events=events_, upserted=sum(r.upserted for r in reports),
                           deleted=sum(r.deleted for r in reports), seconds=seconds))
     return reports, failed
+
+
+@contextmanager
+def _cut(job: Job, primary: psycopg.Connection, tables: list[AttachedTable]) -> Iterator[PassCut | None]:
+    """The pass's cut (sync/cut.py): its snapshot held on a reader connection of its own while the
+    pass reads; None where passes make no cut (strict mode, or ingest.cuts off)."""
+    s = job.settings
+    if not (s.ingest.cuts and s.ingest.mode == "out_of_order"):
+        yield None
+        return
+    with cut.taken(primary, lambda: connect(s.source.reader_dsn, role=s.source.reader_role, reader=True),
+                   s.consumer, tables, s.ingest.cut_seconds) as pass_cut:
+        yield pass_cut
+
+
+def _record_cut(job: Job, pass_cut: PassCut, tables: list[AttachedTable]) -> None:
+    """Write the pass's cut to the lake and say what it holds."""
+    made = cut.write(job.spark, job.settings.target.root, job.settings.consumer, pass_cut, tables)
+    line = f"cut {made.name}: {len(made.tables)} Delta table(s) agree as of one snapshot"
+    if made.left_out:
+        job.say(f"{line}; left out: " + "; ".join(f"{n}: {why}" for n, why in sorted(made.left_out.items())),
+                record="cut", cut=made.name, tables=len(made.tables), left_out=sorted(made.left_out))
+    else:
+        job.routine(line)
 
 
 class _Pass:
@@ -240,6 +276,8 @@ def _apply(job: Job, primary: psycopg.Connection, reader: psycopg.Connection, jd
     while not job.stopping() and (t := work.next()) is not None:
         if not consumers.lease(primary, consumer, [t.table_id]):
             work.elsewhere.append(t.name)
+            if job.cut is not None:
+                job.cut.leave(t, "another worker of the consumer was applying it")
             continue
         leased.append(t.table_id)
         try:
@@ -250,6 +288,8 @@ def _apply(job: Job, primary: psycopg.Connection, reader: psycopg.Connection, jd
             job.say(f"{t.name}: FAILED: {first_line(exc)}{RACED if raced(exc) else ''}", logging.ERROR,
                     record="table_failed", table=t.name, error=first_line(exc))
             work.failed[t.name] = exc
+            if job.cut is not None:
+                job.cut.leave(t, f"it failed: {first_line(exc)}")
     job.compactor.wait()
     consumers.unlease(primary, consumer, leased)
 
@@ -264,7 +304,7 @@ def lane_jobs(job: Job, n: int) -> list[Job]:
         lane.known, lane.schemas = job.known, job.schemas
         job.lanes.append(lane)
     for lane in job.lanes[:n]:
-        lane.stopping, lane.interrupted, lane.on_copy = job.stopping, job.interrupted, job.on_copy
+        lane.stopping, lane.interrupted, lane.on_copy, lane.cut = job.stopping, job.interrupted, job.on_copy, job.cut
     return job.lanes[:n]
 
 

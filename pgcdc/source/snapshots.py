@@ -1,0 +1,77 @@
+"""A pass's snapshot of the reader: taken and exported once, held open on a connection of its own
+for the pass, and imported by every connection that reads for it (docs/readers.md).
+
+A snapshot only exists while the transaction that exported it is open, so the holding
+connection does nothing else; each reading transaction imports it first (`importing`; JDBC
+connections through their init statements, source/enrich.py). Every reader of one pass then sees
+the same committed transactions: the queue's events and the tables' rows agree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import psycopg
+
+from pgcdc.errors import TargetError
+from pgcdc.source.events import Snapshot, take_snapshot
+
+
+@dataclass(frozen=True)
+class Held:
+    """A snapshot exported for a pass: what it shows, and its id for SET TRANSACTION SNAPSHOT."""
+
+    snap: Snapshot
+    exported: str
+
+
+def import_statements(exported: str) -> list[str]:
+    """The statements that make a transaction read in the exported snapshot (first in it)."""
+    if not re.fullmatch(r"[0-9A-F-]+", exported):
+        raise ValueError(f"not a snapshot id: {exported!r}")
+    return ["SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", f"SET TRANSACTION SNAPSHOT '{exported}'"]
+
+
+@contextmanager
+def hold(connect: Callable[[], psycopg.Connection]) -> Iterator[Held]:
+    """Export a snapshot on a new reader connection and hold it until the block ends."""
+    conn = connect()
+    try:
+        with conn.transaction():
+            conn.execute("set transaction isolation level repeatable read, read only")
+            snap = take_snapshot(conn)
+            exported = conn.execute("select pg_export_snapshot()").fetchone()[0]
+            yield Held(snap, exported)
+    finally:
+        conn.close()
+
+
+@contextmanager
+def importing(conn: psycopg.Connection, held: Held) -> Iterator[None]:
+    """A read-only transaction on `conn` that reads in the held snapshot. Fails naming the likely
+    cause where the reader cannot import it (another server behind one DSN)."""
+    with conn.transaction():
+        try:
+            for statement in import_statements(held.exported):
+                conn.execute(statement)
+        except psycopg.Error as exc:
+            raise TargetError(f"the reader could not import the pass's snapshot ({exc.diag.message_primary}): does "
+                              "source.replica_dsn (or source.dsn) lead to more than one server? Point it at one "
+                              "server, or set ingest.cuts = false") from None
+        yield
+
+
+@contextmanager
+def reading(conn: psycopg.Connection, held: Held | None = None) -> Iterator[None]:
+    """A read-only REPEATABLE READ transaction on `conn`: in the held snapshot (`importing`), or in
+    one of its own."""
+    if held is not None:
+        with importing(conn, held):
+            yield
+        return
+    with conn.transaction():
+        conn.execute("set transaction isolation level repeatable read, read only")
+        yield

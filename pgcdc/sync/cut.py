@@ -1,0 +1,145 @@
+"""A pass as a consistent cut (docs/readers.md): one snapshot of the reader for every table of
+the pass, and the record of which Delta version of each table equals PostgreSQL as of it.
+
+Why a table read this way equals PostgreSQL as of the snapshot S: its state says which
+transactions it holds (watermark + out-of-order set), and a key's Delta row is its PostgreSQL
+row as some earlier read saw it, no transaction that changed the key after that read being in
+the state (a batch's transactions were all committed when it planned, before it read). The pass
+applies every transaction S shows that the state lacks, reading its keys' rows as of S. A key no
+such transaction changed was changed by none between its last read and S. So every row is its
+row as of S, provided the state held no transaction S does not show. Runs plan in a snapshot
+taken before they commit, so that holds for every commit started before the pass took S;
+`PassCut.admits` keeps out a table another worker committed to since (its snapshot may be newer).
+
+A table joins the cut when the pass brought it to S: every batch planned and read in S (or
+nothing to apply, idle tables included). It is left out, named, when it was copied in a
+snapshot of its own (a first copy, a TRUNCATE, a copy in chunks), failed, was applied by another
+worker, or was reached after `ingest.cut_seconds`. A fan-in's Delta table joins when all its
+sources do. Strict mode makes no cuts: it applies only what lies below S's txmin, and S shows
+more (docs/readers.md).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from pgcdc.lake import cuts
+from pgcdc.lake.cuts import CutTable
+from pgcdc.source import snapshots
+from pgcdc.source.mirror import mirrored
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    import psycopg
+    from pyspark.sql import SparkSession
+
+    from pgcdc.source.capture import AttachedTable
+    from pgcdc.source.snapshots import Held
+    from pgcdc.watermark import ConsumerState
+
+
+class PassCut:
+    """The cut one pass is making: its held snapshot, and what became of each of its tables.
+    Shared by the pass's lanes (a lock around what they record)."""
+
+    def __init__(self, held: "Held", mirrors: dict[int, tuple[int, int | None]], seconds: float) -> None:
+        """`mirrors`: each table's mirrored (batch, committing) read before the snapshot was taken."""
+        self.held = held
+        self.mirrors = mirrors
+        self.taken = datetime.now(timezone.utc)
+        self.deadline = time.monotonic() + seconds
+        self.seconds = seconds
+        self.lock = threading.Lock()
+        self.joined: dict[str, tuple["AttachedTable", str, int]] = {}  # by table: (table, Delta path, version)
+        self.left: dict[str, str] = {}  # by table: why it is not in the cut
+
+    def open(self) -> bool:
+        """Whether tables (and batches) may still read in the snapshot."""
+        return time.monotonic() < self.deadline
+
+    def admits(self, t: "AttachedTable", state: "ConsumerState") -> str | None:
+        """Why a table whose committed state is `state` cannot join, or None. Its state must be
+        one committed before the snapshot was taken, or by a commit under way then (whose
+        snapshot is older): another worker's later commit may hold transactions S does not show."""
+        batch, committing = self.mirrors.get(t.table_id, (None, None))
+        if state.batch in (batch, committing):
+            return None
+        if batch is None:
+            return "it was first synced after this pass began"
+        return "another worker of the consumer applied it after this pass took its snapshot"
+
+    def join(self, t: "AttachedTable", path: str, version: int | None) -> None:
+        with self.lock:
+            if version is None:
+                self.left[t.name] = "its Delta version is not known (a state written by an older pgcdc)"
+            else:
+                self.joined[t.name] = (t, path, version)
+
+    def leave(self, t: "AttachedTable", why: str) -> None:
+        with self.lock:
+            self.left.setdefault(t.name, why)
+
+    def unreached(self) -> str:
+        return self.late() if not self.open() else "the pass did not reach it (it stopped first)"
+
+    def late(self) -> str:
+        return f"the pass reached it after ingest.cut_seconds ({self.seconds:g} s)"
+
+    def record(self, consumer: str, tables: list["AttachedTable"]) -> cuts.Cut:
+        """The cut as the lake keeps it: by Delta table; a fan-in's when every source joined."""
+        snap = self.held.snap
+        by_delta: dict[str, list["AttachedTable"]] = {}
+        for t in tables:
+            by_delta.setdefault(t.target_name, []).append(t)
+        joined: dict[str, CutTable] = {}
+        left = {name: why for name, why in self.left.items()}
+        for delta, sources in sorted(by_delta.items()):
+            out = [t.name for t in sources if t.name not in self.joined]
+            if out:
+                if delta not in left:
+                    left[delta] = "; ".join(f"{n}: {self.left.get(n, self.unreached())}" for n in out)
+                continue
+            entries = [self.joined[t.name] for t in sources]
+            joined[delta] = CutTable(entries[0][1], max(v for _, _, v in entries), sorted(t.name for t in sources))
+        name = f"{self.taken:%Y%m%dT%H%M%S%fZ}-{snap.xmax}"
+        return cuts.Cut(consumer, name, self.taken.isoformat(), {"xmin": snap.txmin, "xmax": snap.xmax,
+                                                                   "in_progress": len(snap.in_progress),
+                                                                   "standby": snap.standby},
+                        joined, left)
+
+
+def still_open(cut: PassCut | None) -> PassCut | None:
+    """The pass's cut while tables may still join it, else None."""
+    return cut if cut is not None and cut.open() else None
+
+
+def leave(cut: PassCut | None, t: "AttachedTable", why: str, say: "Callable[[str], None]") -> PassCut | None:
+    """Leave the table out of the pass's cut (if any), saying why; the caller goes on without it
+    (reading as any run does): None, the cut it has from here on."""
+    if cut is not None:
+        cut.leave(t, why)
+        say(f"{t.name}: not in this pass's cut: {why}")
+    return None
+
+
+@contextmanager
+def taken(primary: "psycopg.Connection", connect_reader: "Callable[[], psycopg.Connection]", consumer: str,
+          tables: list["AttachedTable"], seconds: float) -> "Iterator[PassCut]":
+    """Hold one snapshot of the reader for a pass (source/snapshots.py), the tables' mirrored
+    batches read first (PassCut.admits)."""
+    found = mirrored(primary, consumer, [t.table_id for t in tables])
+    mirrors = {tid: (m.batch, m.committing) for tid, m in found.items()}
+    with snapshots.hold(connect_reader) as held:
+        yield PassCut(held, mirrors, seconds)
+
+
+def write(spark: "SparkSession", root: str, consumer: str, cut: PassCut, tables: list["AttachedTable"]) -> cuts.Cut:
+    """Record the pass's cut in the lake (lake/cuts.py)."""
+    made = cut.record(consumer, tables)
+    cuts.write(spark, root, made)
+    return made

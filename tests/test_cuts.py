@@ -1,0 +1,279 @@
+"""Passes as consistent cuts (sync/cut.py, docs/readers.md), against real PostgreSQL, Spark and
+Delta: after a pass, its tables read at the versions its cut names agree with each other as of
+one snapshot of the database, even when a transaction commits between two tables' batches.
+
+The oracle reads the cut files as plain JSON and the Delta tables with plain Spark
+(`versionAsOf`); the bank's invariant (the balances of two tables add up to what they held at
+the start) is PostgreSQL's, checked there too."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgcdc
+from pgcdc.cli.main import main
+from pgcdc.lake import cuts
+from pgcdc.source import capture
+from fixtures.ingest import Syncer
+
+TOTAL = 2 * 10 * 100  # two tables of ten accounts holding 100 each
+
+
+def _bank(db: psycopg.Connection) -> None:
+    for name in ("public.bank_a", "public.bank_b"):
+        db.execute(f"create table {name} (id int primary key, balance bigint not null)")
+        db.execute(f"insert into {name} select i, 100 from generate_series(1, 10) i")
+        capture.attach(db, name)
+
+
+def _transfer(dsn: str, source: int, dest: int, amount: int) -> None:
+    """Move `amount` from bank_a's account `source` to bank_b's `dest` in one transaction."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute("update bank_a set balance = balance - %s where id = %s", (amount, source))
+        conn.execute("update bank_b set balance = balance + %s where id = %s", (amount, dest))
+
+
+def _cut_files(root: Path, consumer: str = "test") -> list[dict[str, Any]]:
+    """Every cut the consumer's passes wrote, oldest first, read as plain JSON."""
+    folder = root / "_pgcdc" / "cuts" / consumer
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+
+
+def _total(spark: Any, versions: dict[str, tuple[str, int | None]]) -> int:
+    """The bank's total over the Delta tables at the given versions (None: the newest)."""
+    total = 0
+    for path, version in versions.values():
+        reader = spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
+        total += reader.load(path).agg({"balance": "sum"}).collect()[0][0]
+    return total
+
+
+def _at(cut: dict[str, Any]) -> dict[str, tuple[str, int | None]]:
+    return {name: (t["path"], t["version"]) for name, t in cut["tables"].items()}
+
+
+def _transfer_between_tables(monkeypatch: pytest.MonkeyPatch, dsn: str) -> list[int]:
+    """Commit a transfer between the accounts the pending one changed (so the second table's batch
+    reads a row it changed) once the pass's first table has committed its batch, before the
+    second reads."""
+    import pgcdc.faults
+
+    done: list[int] = []
+    original = pgcdc.faults.failpoint
+
+    def hook(name: str) -> None:
+        original(name)
+        if name == "after-commit" and not done:
+            _transfer(dsn, 1, 1, 50)
+            done.append(1)
+    monkeypatch.setattr(pgcdc.faults, "failpoint", hook)
+    return done
+
+
+@pytest.mark.parametrize("engine", ["merge", "fast"])
+def test_a_pass_reads_every_table_as_of_its_snapshot(spark, db: psycopg.Connection, syncer: Syncer, dsn: str,
+                                                     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     engine: str) -> None:
+    """Either engine: the merge engine's rows come through Spark's JDBC reads (each connection
+    imports the snapshot), the fast engine's small batch through the driver's connection."""
+    _bank(db)
+    syncer.run(engine=engine)  # first copies, each in a snapshot of its own: no cut holds them yet
+    first = _cut_files(tmp_path / "lake")
+    assert len(first) == 1 and first[0]["tables"] == {}
+    assert set(first[0]["left_out"]) == {"public.bank_a", "public.bank_b"}
+    assert "its first copy" in first[0]["left_out"]["public.bank_a"]
+    syncer.run(engine=engine)  # nothing to apply: both idle, both in the cut
+    assert set(_cut_files(tmp_path / "lake")[-1]["tables"]) == {"public.bank_a", "public.bank_b"}
+
+    _transfer(dsn, 1, 1, 30)  # applied by the next pass
+    done = _transfer_between_tables(monkeypatch, dsn)  # committed during it: the pass must not show it
+    syncer.run(engine=engine)
+    assert done
+    cut = _cut_files(tmp_path / "lake")[-1]
+    assert set(cut["tables"]) == {"public.bank_a", "public.bank_b"}, cut["left_out"]
+    assert _total(syncer.spark, _at(cut)) == TOTAL
+    a = syncer.spark.read.format("delta").option("versionAsOf", cut["tables"]["public.bank_a"]["version"]) \
+        .load(cut["tables"]["public.bank_a"]["path"])
+    assert {r.id: r.balance for r in a.collect()} == {i: 100 - 30 * (i == 1) for i in range(1, 11)}
+
+    monkeypatch.undo()
+    syncer.run(engine=engine)  # the next pass takes the transfer in both tables
+    cut = _cut_files(tmp_path / "lake")[-1]
+    assert _total(syncer.spark, _at(cut)) == TOTAL
+    syncer.assert_equal("public.bank_a")
+    syncer.assert_equal("public.bank_b")
+
+
+def test_without_cuts_a_transfer_between_two_tables_batches_breaks_the_total(
+        spark, db: psycopg.Connection, syncer: Syncer, dsn: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the cut prevents (and what the test above would see without it): with `ingest.cuts`
+    off, each table reads its rows as they are when it reads them."""
+    _bank(db)
+    syncer.run(cuts=False)
+    _transfer(dsn, 1, 1, 30)
+    _transfer_between_tables(monkeypatch, dsn)
+    syncer.run(cuts=False)
+    assert _cut_files(tmp_path / "lake") == []  # (no pass made a cut)
+    newest = {t: (syncer.path(t), None) for t in ("public.bank_a", "public.bank_b")}
+    assert _total(syncer.spark, newest) != TOTAL
+
+
+def test_pgcdc_cut_and_read_cut_name_the_versions_the_pass_recorded(
+        spark, db: psycopg.Connection, syncer: Syncer, tmp_path: Path) -> None:
+    _bank(db)
+    syncer.run()
+    syncer.run()
+    config = tmp_path / "pgcdc.toml"
+    config.write_text(f'consumer = "test"\n[source]\ndsn = "{syncer.dsn}"\n[target]\nroot = "{syncer.root}"\n')
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["--config", str(config), "cut", "--json"]) == 0
+    shown = json.loads(out.getvalue())
+    recorded = _cut_files(tmp_path / "lake")[-1]
+    assert shown["cut"] == recorded["name"] and shown["tables"] == recorded["tables"]
+    frames = pgcdc.read_cut(spark, str(config))
+    assert set(frames) == {"public.bank_a", "public.bank_b"}
+    for name, frame in frames.items():
+        plain = spark.read.format("delta").option("versionAsOf", recorded["tables"][name]["version"]) \
+            .load(recorded["tables"][name]["path"])
+        assert sorted(frame.collect()) == sorted(plain.collect())
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["--config", str(config), "cut", "public.bank_b"]) == 0
+    assert "public.bank_b" in out.getvalue() and "public.bank_a" not in out.getvalue()
+
+
+def test_tables_a_pass_cannot_bring_to_its_snapshot_are_left_out_and_named(
+        spark, db: psycopg.Connection, syncer: Syncer, dsn: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A TRUNCATE is applied by a copy in a snapshot of its own; a pass past ingest.cut_seconds
+    leaves the rest out; strict mode makes no cut. `pgcdc cut` then gives the newest cut that
+    holds what is asked for, and fails naming why when none does."""
+    _bank(db)
+    syncer.run()
+    syncer.run()
+    complete = _cut_files(tmp_path / "lake")[-1]
+    db.execute("truncate bank_b")
+    db.execute("insert into bank_b select i, 100 from generate_series(1, 10) i")
+    _transfer(dsn, 3, 3, 10)
+    syncer.run()
+    cut = _cut_files(tmp_path / "lake")[-1]
+    assert set(cut["tables"]) == {"public.bank_a"}
+    assert "copied in a snapshot of its own (a batch holding a TRUNCATE)" in cut["left_out"]["public.bank_b"]
+    assert cuts.newest(None, str(syncer.root), "test").name == complete["name"]
+    assert cuts.newest(None, str(syncer.root), "test", ["public.bank_a"]).name == cut["name"]
+
+    _transfer(dsn, 4, 4, 10)
+    syncer.run(cut_seconds=1e-6)
+    late = _cut_files(tmp_path / "lake")[-1]
+    assert late["tables"] == {}
+    assert all("after ingest.cut_seconds" in why for why in late["left_out"].values()), late["left_out"]
+    before = len(_cut_files(tmp_path / "lake"))
+    syncer.run(mode="strict")
+    assert len(_cut_files(tmp_path / "lake")) == before
+
+    db.execute("create table bank_c (id int primary key, balance bigint not null)")
+    capture.attach(db, "public.bank_c")
+    syncer.run()  # its first copy: not in this cut, so in none
+    config = tmp_path / "pgcdc.toml"
+    config.write_text(f'consumer = "test"\n[source]\ndsn = "{syncer.dsn}"\n[target]\nroot = "{syncer.root}"\n')
+    capsys.readouterr()
+    for asked in (["public.bank_c"], []):
+        assert main(["--config", str(config), "cut", *asked]) != 0
+        err = capsys.readouterr().err
+        assert re.search(r"no cut of consumer test .* holds public\.bank_c \(public\.bank_c: copied in a snapshot "
+                         r"of its own \(its first copy\)\)", err), err
+
+
+def _table(table_id: int, name: str, into: str | None = None) -> Any:
+    from pgcdc.source.capture import AttachedTable
+
+    return AttachedTable(table_id, name, ["id"], ["integer"], None, table_id if into else None, into)
+
+
+def test_a_cut_admits_only_states_committed_before_its_snapshot_and_a_fan_in_only_whole(tmp_path: Path) -> None:
+    """Units of sync/cut.py and lake/cuts.py (no Spark): a state another worker committed after the
+    snapshot (a batch the pre-snapshot mirror did not show, nor a commit under way) is refused; a
+    fan-in's Delta table is in the cut only with all its sources, at the newest of their versions;
+    `newest` gives the newest cut holding what is asked for."""
+    from pgcdc.source.events import Snapshot
+    from pgcdc.source.snapshots import Held
+    from pgcdc.sync.cut import PassCut
+    from pgcdc.watermark import ConsumerState
+
+    held = Held(Snapshot(100, 105, (101,), False), "00000003-00000002-1")
+    cut = PassCut(held, {1: (7, None), 2: (4, 5)}, 60)
+    a, b, new = _table(1, "public.a"), _table(2, "public.b"), _table(3, "public.new")
+    state = ConsumerState("c", "public.a", 1, "x", 90, batch=7)
+    assert cut.admits(a, state) is None
+    assert "another worker" in (cut.admits(a, ConsumerState("c", "public.a", 1, "x", 90, batch=8)) or "")
+    assert cut.admits(b, ConsumerState("c", "public.b", 2, "x", 90, batch=5)) is None  # (under way before it)
+    assert "first synced after" in (cut.admits(new, ConsumerState("c", "public.new", 3, "x", 90, batch=1)) or "")
+
+    t1, t2 = _table(11, "tenant_1.orders", "public.orders"), _table(12, "tenant_2.orders", "public.orders")
+    cut.join(a, "/lake/public.a", 12)
+    cut.join(t1, "/lake/public.orders", 30)
+    cut.join(t2, "/lake/public.orders", 31)
+    cut.leave(b, "it failed: boom")
+    made = cut.record("c", [a, b, t1, t2])
+    assert made.tables["public.a"].version == 12
+    assert made.tables["public.orders"].version == 31
+    assert made.tables["public.orders"].sources == ["tenant_1.orders", "tenant_2.orders"]
+    assert made.left_out == {"public.b": "it failed: boom"}
+
+    partial = PassCut(held, {}, 60)
+    partial.join(t1, "/lake/public.orders", 40)
+    partial.leave(t2, "a copy in chunks is under way")
+    later = partial.record("c", [a, t1, t2])
+    assert "public.orders" not in later.tables
+    assert later.left_out["public.orders"] == "tenant_2.orders: a copy in chunks is under way"
+    assert "public.a" in later.left_out  # (not reached)
+
+    root = str(tmp_path / "lake")
+    cuts.write(None, root, made)
+    later = cuts.Cut(**{**later.__dict__, "name": made.name + "1"})  # (named after it: newer)
+    cuts.write(None, root, later)
+    assert cuts.newest(None, root, "c", ["public.a", "tenant_1.orders"]).name == made.name
+    with pytest.raises(Exception, match=r"no cut of consumer c .*holds public.x \(public.x: not a table"):
+        cuts.newest(None, root, "c", ["public.x"])
+    assert cuts.Cut.from_json(made.to_json()) == made
+
+
+def test_the_readers_doc_examples_read_a_cut(spark, db: psycopg.Connection, dsn: str, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/readers.md's Python examples, run as written against a cut of `orders` and `order_lines`."""
+    db.execute("create table orders (id int primary key, total int not null)")
+    db.execute("create table order_lines (order_id int, line int, amount int not null, primary key (order_id, line))")
+    for name in ("public.orders", "public.order_lines"):
+        capture.attach(db, name)
+    db.execute("insert into orders select i, 30 from generate_series(1, 5) i")
+    db.execute("insert into order_lines select i, l, 10 from generate_series(1, 5) i, generate_series(1, 3) l")
+    syncer = Syncer(spark, dsn, tmp_path / "lake")
+    syncer.run(consumer="default")
+    db.execute("insert into orders values (6, 20)")
+    db.execute("insert into order_lines values (6, 1, 20)")
+    syncer.run(consumer="default")
+    (tmp_path / "pgcdc.toml").write_text(f'[source]\ndsn = "{dsn}"\n[target]\nroot = "{syncer.root}"\n')
+    monkeypatch.chdir(tmp_path)
+    doc = (Path(__file__).parents[1] / "docs" / "readers.md").read_text()
+    section = doc[doc.index("## Tables that agree with each other: cuts"):doc.index("## Iceberg readers")]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2
+    scope: dict[str, Any] = {"spark": spark, "root": str(syncer.root)}
+    for block in blocks:
+        exec(compile(block, "docs/readers.md", "exec"), scope)
+    # the first block's DataFrames (Spark), the second's Arrow table (delta-rs), at the same cut
+    assert scope["lines"].count() == 16
+    assert scope["tables"]["public.orders"].count() == 6
+    assert scope["orders"].column("n")[0].as_py() == 6
