@@ -1,4 +1,5 @@
-"""Enrichment: read the current rows for a batch's keys from PostgreSQL through Spark JDBC.
+"""Enrichment: read the rows of a batch's keys from PostgreSQL through Spark JDBC, as of the
+pass's snapshot (a cut: every reading connection imports it, source/snapshots.py) or as they are.
 
 The rows never pass through the driver but for small batches (fetch_rows): one JDBC read
 per batch, in parallel shares, each running one query that takes the batch's queue
