@@ -34,3 +34,88 @@ def timed(label: str, work: Callable[[], object], width: int = 62) -> float:
     seconds = time.perf_counter() - began
     print(f"  {label:{width}s} {seconds:8.2f}s", flush=True)
     return seconds
+
+
+def change_rounds(conn: Any, tables: list[str], rows: int, counts: list[int], rounds: int,
+                  runs: dict[str, Callable[[], object]]) -> dict[int, dict[str, list[float]]]:
+    """For each count of changes: `rounds` rounds, each updating every k-th row of `tables` (of
+    `rows` rows) and deleting a tenth as many (vacuum and checkpoint untimed), then timing each
+    of `runs` (its consumer applying them), in an order rotated each round. Seconds by count and name."""
+    results: dict[int, dict[str, list[float]]] = {}
+    for changes in counts:
+        every = max(2, rows // changes)
+        changes = rows // every  # (what the rounds change: every `every`th row updated)
+        print(f"\n{changes} changes a round (every {every}th row updated, every {every * 10}th deleted), "
+              f"{rounds} rounds", flush=True)
+        results[changes] = {name: [] for name in runs}
+        for r in range(rounds):
+            for table in tables:
+                conn.execute(f"update {table} set a = a + 1 where id % {every} = {r}")
+                conn.execute(f"delete from {table} where id % {every * 10} = {r + 1}")
+            for statement in [*(f"vacuum {t}" for t in tables), "checkpoint"]:
+                conn.execute(statement)
+            names = list(runs)
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                results[changes][name].append(timed(f"round {r + 1}: {name}", runs[name]))
+    return results
+
+
+def rounds_args(doc: str | None) -> Any:
+    """The arguments bench.landing and bench.cuts share: --rows, --changes, --rounds."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--changes", type=int, nargs="+", default=[10_000, 1_000_000])
+    ap.add_argument("--rounds", type=int, default=2)
+    return ap.parse_args()
+
+
+def first_synced(dsn: str, work: Path, variants: dict[str, tuple[list[str], dict[str, Any], dict[str, Any]]]
+                 ) -> tuple[Any, dict[str, Any]]:
+    """A local Spark session and, per variant (its tables, target and ingest settings), a long-lived
+    Job (as a follower's runs are) of a consumer and a lake of its own, its tables first synced."""
+    from pgcdc.settings import Settings
+    from pgcdc.spark.session import get_session
+    from pgcdc.sync.ingest import Job
+    from pgcdc.sync.runs import run_job
+
+    base = Settings(source={"dsn": dsn}, target={"root": str(work / "lake")}, consumer="x",
+                    ingest={"max_keys_per_batch": 10_000_000, "max_events_per_batch": 100_000},
+                    spark={"conf": {"spark.driver.memory": "6g", "spark.sql.shuffle.partitions": "8"}})
+    spark = get_session(base.spark, target_root=base.target.root)
+    jobs = {}
+    for n, (name, (tables, target, ingest)) in enumerate(variants.items()):
+        settings = base.model_copy(update={
+            "consumer": f"variant{n}", "tables": tables,
+            "target": base.target.model_copy(update={"root": str(work / f"lake{n}")} | target),
+            "ingest": base.ingest.model_copy(update=ingest)})
+        jobs[name] = Job(settings, spark, say=lambda line: None, following=True)
+        timed(f"first sync: {name}", lambda: run_job(jobs[name]))
+    return spark, jobs
+
+
+def load_wide(conn: Any, tables: list[str], rows: int) -> None:
+    """Create and fill `tables`, each `rows` rows of (id, a int, b text of 64, c numeric, d timestamptz),
+    and install pgcdc (attaching is the caller's)."""
+    from pgcdc.source import capture
+
+    print(f"loading {rows} rows into {', '.join(tables)} ...", flush=True)
+    for table in tables:
+        conn.execute(f"create table {table} (id bigint primary key, a int not null, b text not null, "
+                     "c numeric(12,2), d timestamptz not null default now())")
+        conn.execute(f"insert into {table} (id, a, b, c) select i, i %% 1000, md5(i::text) || "
+                     "md5((i * 7)::text), (i %% 100000) / 100.0 from generate_series(1, %s) i", (rows,))
+        conn.execute(f"vacuum analyze {table}")
+    capture.install(conn)
+
+
+def run_rounds(conn: Any, tables: list[str], args: Any, jobs: dict[str, Any]) -> dict[int, dict[str, list[float]]]:
+    """change_rounds with each Job's run, then the Jobs closed."""
+    from pgcdc.sync.runs import run_job
+
+    results = change_rounds(conn, tables, args.rows, args.changes, args.rounds,
+                            {name: (lambda job=job: run_job(job)) for name, job in jobs.items()})
+    for job in jobs.values():
+        job.close()
+    return results

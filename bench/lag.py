@@ -1,6 +1,6 @@
 """End-to-end lag of `pgcdc ingest --follow`, and what the follower costs (not a test; never fails).
 
-    python -m bench.lag [--minutes 3] [--rate 1000] [--tables 10] [--rows 10000] [--engine auto]
+    python -m bench.lag [--minutes 3] [--rate 1000] [--tables 10] [--rows 10000] [--engine auto] [--no-cuts]
 
 On a throwaway PostgreSQL and a local Delta folder: one writer thread per table commits
 transactions of 10 changed rows at a steady total of --rate changed rows per second; each
@@ -149,6 +149,8 @@ def main() -> None:
     ap.add_argument("--compact-files", type=int, default=None,
                     help="the follower's [ingest] compact_files (default: pgcdc's; 0 = never compact)")
     ap.add_argument("--durable", action="store_true", help="fsync on in PostgreSQL (default off, as in the tests)")
+    ap.add_argument("--no-cuts", action="store_true", help="the follower's [ingest] cuts = false (passes read rows as "
+                    "they are, not as of one snapshot: docs/readers.md)")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="pgcdc-bench-lag-"))
@@ -171,6 +173,7 @@ def main() -> None:
         cfg = work / "pgcdc.toml"
         cfg.write_text(f'consumer = "lag"\n[source]\ndsn = "{pg.dsn()}"\n[target]\nroot = "{lake}"\n'
                        f'[ingest]\nengine = "{args.engine}"\nparallel_tables = {args.parallel}\n'
+                       f'cuts = {"false" if args.no_cuts else "true"}\n'
                        + (f"compact_files = {args.compact_files}\n" if args.compact_files is not None else ""))
         log = open(work / "follower.log", "w")
         follower = subprocess.Popen([sys.executable, "-m", "pgcdc", "--config", str(cfg), "--log-format", "json",
@@ -183,7 +186,8 @@ def main() -> None:
         for w in writers:
             w.start()
         print(f"{args.tables} tables x {args.rows} rows; {args.rate:.0f} changed rows/s in transactions of "
-              f"{ROWS_PER_TX}; engine {args.engine}; follower --interval {args.interval}; warm-up {args.warmup:.0f} s, "
+              f"{ROWS_PER_TX}; engine {args.engine}; cuts {'off' if args.no_cuts else 'on'}; "
+              f"follower --interval {args.interval}; warm-up {args.warmup:.0f} s, "
               f"then {args.minutes:g} min measured; work dir {work}", flush=True)
         time.sleep(args.warmup)
         measure_from = time.time()

@@ -16,15 +16,10 @@ the plain mirror's with the same engine.
 
 from __future__ import annotations
 
-import argparse
 from statistics import median
 
-from bench.common import throwaway, timed
-from pgcdc.settings import Settings
+from bench.common import first_synced, load_wide, rounds_args, run_rounds, throwaway
 from pgcdc.source import capture
-from pgcdc.spark.session import get_session
-from pgcdc.sync.ingest import Job
-from pgcdc.sync.runs import run_job
 
 SHAPES = {  # name: (table, target settings, engine)
     "plain, fast": ("public.wide", {}, "fast"),
@@ -41,55 +36,17 @@ SHAPES = {  # name: (table, target settings, engine)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=2_000_000)
-    ap.add_argument("--changes", type=int, nargs="+", default=[10_000, 1_000_000])
-    ap.add_argument("--rounds", type=int, default=2)
-    args = ap.parse_args()
+    args = rounds_args(__doc__)
     with throwaway("landing", settings={"shared_buffers": "1GB", "max_wal_size": "8GB"}) as (pg, work):
         import psycopg
 
         with psycopg.connect(pg.dsn(), autocommit=True) as conn:
-            print(f"loading {args.rows} rows into wide and wide_cols ...", flush=True)
-            for table in ("wide", "wide_cols"):
-                conn.execute(f"create table {table} (id bigint primary key, a int not null, b text not null, "
-                             "c numeric(12,2), d timestamptz not null default now())")
-                conn.execute(f"insert into {table} (id, a, b, c) select i, i %% 1000, md5(i::text) || "
-                             "md5((i * 7)::text), (i %% 100000) / 100.0 from generate_series(1, %s) i", (args.rows,))
-                conn.execute(f"vacuum analyze {table}")
-            capture.install(conn)
+            load_wide(conn, ["wide", "wide_cols"], args.rows)
             capture.attach(conn, "wide")
             capture.attach(conn, "wide_cols", exclude_columns=["b", "c"])
-            base = Settings(source={"dsn": pg.dsn()}, target={"root": str(work / "lake")}, consumer="x",
-                            ingest={"max_keys_per_batch": 10_000_000, "max_events_per_batch": 100_000},
-                            spark={"conf": {"spark.driver.memory": "6g", "spark.sql.shuffle.partitions": "8"}})
-            spark = get_session(base.spark, target_root=base.target.root)
-            jobs = {}
-            for n, (name, (table, target, engine)) in enumerate(SHAPES.items()):
-                settings = base.model_copy(update={
-                    "consumer": f"shape{n}", "tables": [table],
-                    "target": base.target.model_copy(update={"root": str(work / f"lake{n}")} | target),
-                    "ingest": base.ingest.model_copy(update={"engine": engine})})
-                jobs[name] = Job(settings, spark, say=lambda line: None, following=True)
-                timed(f"first sync: {name}", lambda: run_job(jobs[name]))
-            results: dict[int, dict[str, list[float]]] = {}
-            for changes in args.changes:
-                every = max(2, args.rows // changes)
-                changes = args.rows // every  # (what the rounds change: every `every`th row updated)
-                print(f"\n{changes} changes a round (every {every}th row updated, every {every * 10}th deleted), "
-                      f"{args.rounds} rounds", flush=True)
-                results[changes] = {name: [] for name in SHAPES}
-                for r in range(args.rounds):
-                    for table in ("wide", "wide_cols"):
-                        conn.execute(f"update {table} set a = a + 1 where id % {every} = {r}")
-                        conn.execute(f"delete from {table} where id % {every * 10} = {r + 1}")
-                    for statement in ("vacuum wide", "vacuum wide_cols", "checkpoint"):
-                        conn.execute(statement)
-                    names = list(SHAPES)
-                    for name in names[r % len(names):] + names[:r % len(names)]:
-                        results[changes][name].append(timed(f"round {r + 1}: {name}", lambda: run_job(jobs[name])))
-            for job in jobs.values():
-                job.close()
+            spark, jobs = first_synced(pg.dsn(), work, {name: ([table], target, {"engine": engine})
+                                                        for name, (table, target, engine) in SHAPES.items()})
+            results = run_rounds(conn, ["wide", "wide_cols"], args, jobs)
         print(f"\nresults ({args.rows} rows, local[2]; medians of {args.rounds} rounds):")
         for changes, times in results.items():
             for name, took in times.items():
