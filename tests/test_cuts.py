@@ -222,9 +222,12 @@ def test_a_cut_admits_only_states_committed_before_its_snapshot_and_a_fan_in_onl
     assert "first synced after" in (cut.admits(new, ConsumerState("c", "public.new", 3, "x", 90, batch=1)) or "")
 
     t1, t2 = _table(11, "tenant_1.orders", "public.orders"), _table(12, "tenant_2.orders", "public.orders")
-    cut.join(a, "/lake/public.a", 12)
-    cut.join(t1, "/lake/public.orders", 30)
-    cut.join(t2, "/lake/public.orders", 31)
+
+    def at(t: Any, version: int | None) -> ConsumerState:
+        return ConsumerState("c", t.name, t.table_id, "x", 90, batch=3, version=version)
+    cut.join(a, "/lake/public.a", at(a, 12))
+    cut.join(t1, "/lake/public.orders", at(t1, 30))
+    cut.join(t2, "/lake/public.orders", at(t2, 31))
     cut.leave(b, "it failed: boom")
     made = cut.record("c", [a, b, t1, t2])
     assert made.tables["public.a"].version == 12
@@ -233,12 +236,14 @@ def test_a_cut_admits_only_states_committed_before_its_snapshot_and_a_fan_in_onl
     assert made.left_out == {"public.b": "it failed: boom"}
 
     partial = PassCut(held, {}, 60)
-    partial.join(t1, "/lake/public.orders", 40)
+    partial.join(t1, "/lake/public.orders", at(t1, 40))
+    partial.join(b, "/lake/public.b", at(b, None))
     partial.leave(t2, "a copy in chunks is under way")
     later = partial.record("c", [a, t1, t2])
     assert "public.orders" not in later.tables
     assert later.left_out["public.orders"] == "tenant_2.orders: a copy in chunks is under way"
     assert "public.a" in later.left_out  # (not reached)
+    assert "Delta version is not known" in later.left_out["public.b"]
 
     root = str(tmp_path / "lake")
     cuts.write(None, root, made)
@@ -277,3 +282,45 @@ def test_the_readers_doc_examples_read_a_cut(spark, db: psycopg.Connection, dsn:
     assert scope["lines"].count() == 16
     assert scope["tables"]["public.orders"].count() == 6
     assert scope["orders"].column("n")[0].as_py() == 6
+
+
+def test_a_fan_in_joins_a_cut_only_if_no_source_landed_again_between_its_sources_versions(
+        spark, db: psycopg.Connection, syncer: Syncer) -> None:
+    """A fan-in's Delta table is read at the newest of its sources' versions in the cut; a later
+    batch of another source between them (another worker's, after the snapshot) would be read
+    too, so the cut leaves the fan-in out (found in the Delta log: each commit's txn)."""
+    from pgcdc.lake.state import load_state, state_from_history
+    from pgcdc.source.events import Snapshot
+    from pgcdc.source.snapshots import Held
+    from pgcdc.sync.cut import PassCut, write
+
+    for n in (1, 2):
+        db.execute(f"create schema tenant_{n}")
+        db.execute(f"create table tenant_{n}.orders (id int primary key, v int not null)")
+        db.execute(f"insert into tenant_{n}.orders select i, i from generate_series(1, 5) i")
+        capture.attach(db, f"tenant_{n}.orders", shard=n, into="app.orders")
+    tables = {t.name: t for t in capture.list_attached(db)}
+    t1, t2 = tables["tenant_1.orders"], tables["tenant_2.orders"]
+    path = syncer.path("app.orders")
+    syncer.run()
+    first = load_state(spark, path, "test@1")
+    db.execute("update tenant_1.orders set v = v + 1 where id = 1")
+    syncer.run()  # tenant_1's next batch
+    db.execute("update tenant_2.orders set v = v + 1 where id = 1")
+    syncer.run()  # then tenant_2's
+    one, two = load_state(spark, path, "test@1"), load_state(spark, path, "test@2")
+    assert first is not None and one is not None and two is not None
+    first = state_from_history(spark, path, "test@1", first.batch)  # (with its version)
+    assert first is not None and first.version < one.version < two.version
+
+    def cut_of(s1: Any) -> Any:
+        cut = PassCut(Held(Snapshot(1, 2, (), False), "00000003-00000002-1"), {}, 60)
+        cut.join(t1, path, s1)
+        cut.join(t2, path, two)
+        return write(spark, str(syncer.root), "test", cut, [t1, t2])
+    stale = cut_of(first)  # tenant_1 as of before its later batch: that batch lies between
+    assert "app.orders" not in stale.tables
+    assert "applied again after this pass's snapshot" in stale.left_out["app.orders"]
+    fresh = cut_of(one)
+    assert fresh.tables["app.orders"].version == two.version
+    assert fresh.tables["app.orders"].sources == ["tenant_1.orders", "tenant_2.orders"]

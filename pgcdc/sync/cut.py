@@ -27,10 +27,12 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from pgcdc.lake import cuts
+from pgcdc.lake import cuts, tablelog
 from pgcdc.lake.cuts import CutTable
+from pgcdc.lake.state import app_id
 from pgcdc.source import snapshots
 from pgcdc.source.mirror import mirrored
+from pgcdc.watermark import state_key
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -55,7 +57,7 @@ class PassCut:
         self.deadline = time.monotonic() + seconds
         self.seconds = seconds
         self.lock = threading.Lock()
-        self.joined: dict[str, tuple["AttachedTable", str, int]] = {}  # by table: (table, Delta path, version)
+        self.joined: dict[str, tuple["AttachedTable", str, int, int]] = {}  # by table: (it, path, version, batch)
         self.left: dict[str, str] = {}  # by table: why it is not in the cut
 
     def open(self) -> bool:
@@ -73,12 +75,14 @@ class PassCut:
             return "it was first synced after this pass began"
         return "another worker of the consumer applied it after this pass took its snapshot"
 
-    def join(self, t: "AttachedTable", path: str, version: int | None) -> None:
+    def join(self, t: "AttachedTable", path: str, state: "ConsumerState") -> None:
+        """The table is at the pass's snapshot with `state`, which its Delta table's version
+        `state.version` holds."""
         with self.lock:
-            if version is None:
+            if state.version is None:
                 self.left[t.name] = "its Delta version is not known (a state written by an older pgcdc)"
             else:
-                self.joined[t.name] = (t, path, version)
+                self.joined[t.name] = (t, path, state.version, state.batch)
 
     def leave(self, t: "AttachedTable", why: str) -> None:
         with self.lock:
@@ -105,7 +109,7 @@ class PassCut:
                     left[delta] = "; ".join(f"{n}: {self.left.get(n, self.unreached())}" for n in out)
                 continue
             entries = [self.joined[t.name] for t in sources]
-            joined[delta] = CutTable(entries[0][1], max(v for _, _, v in entries), sorted(t.name for t in sources))
+            joined[delta] = CutTable(entries[0][1], max(e[2] for e in entries), sorted(t.name for t in sources))
         name = f"{self.taken:%Y%m%dT%H%M%S%fZ}-{snap.xmax}"
         return cuts.Cut(consumer, name, self.taken.isoformat(), {"xmin": snap.txmin, "xmax": snap.xmax,
                                                                    "in_progress": len(snap.in_progress),
@@ -139,7 +143,35 @@ def taken(primary: "psycopg.Connection", connect_reader: "Callable[[], psycopg.C
 
 
 def write(spark: "SparkSession", root: str, consumer: str, cut: PassCut, tables: list["AttachedTable"]) -> cuts.Cut:
-    """Record the pass's cut in the lake (lake/cuts.py)."""
+    """Record the pass's cut in the lake (lake/cuts.py), a fan-in's Delta table only where none
+    of its sources was committed again between their versions in the cut (fan_in_moved)."""
+    for into in sorted({t.into for t in tables if t.into is not None}):
+        sources = [t for t in tables if t.into == into]
+        if all(t.name in cut.joined for t in sources) and (why := fan_in_moved(spark, consumer, cut, into)):
+            for t in sources:
+                cut.leave(t, why)
+                del cut.joined[t.name]
     made = cut.record(consumer, tables)
     cuts.write(spark, root, made)
     return made
+
+
+def fan_in_moved(spark: "SparkSession", consumer: str, cut: PassCut, into: str) -> str | None:
+    """Why a fan-in's Delta table cannot be read at the newest of its sources' versions in the cut,
+    or None: a source's own commit in the cut is older than another's, and between the two a later
+    batch of a source may have landed (another worker of the consumer applied it after the pass's
+    snapshot; the pass lets a table's lease go when it is done with it). Read from the Delta log:
+    the commits between carry each source's batch number (its txn)."""
+    entries = [e for e in cut.joined.values() if e[0].into == into]
+    low, high = min(e[2] for e in entries), max(e[2] for e in entries)
+    batches = {app_id(state_key(consumer, e[0].fan_in_shard)): e[3] for e in entries}
+    for version in range(low + 1, high + 1):
+        actions = tablelog.commit_actions(spark, entries[0][1], version)
+        if actions is None:
+            return f"its Delta table's commit {version} is gone from its log, so the cut cannot be checked"
+        for action in actions:
+            txn = action.get("txn") or {}
+            if txn.get("appId") in batches and int(txn.get("version", -1)) > batches[txn["appId"]]:
+                return (f"a source of {into} was applied again after this pass's snapshot (commit {version}, "
+                        "another worker of the consumer)")
+    return None

@@ -97,7 +97,7 @@ def pass_idle(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connec
     for state, path in moved:
         job.known[state.table_id] = (state, path)
         if cut is not None:
-            cut.join(by_id[state.table_id], path, state.version)
+            cut.join(by_id[state.table_id], path, state)
     if passed:
         job.routine(f"{len(passed)} of {len(tables)} table(s) idle: nothing to apply; watermarks moved, "
                     "their Delta tables not read")

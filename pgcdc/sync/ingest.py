@@ -273,7 +273,7 @@ class Job:
         report.watermark = state.watermark
         report.pending_events, report.oldest_pending = pending(reader, state)
         if cut is not None:
-            cut.join(t, path, state.version)
+            cut.join(t, path, state)
         if report.wrote:
             self.say(report.line(), logging.INFO, **report.fields())
         else:
