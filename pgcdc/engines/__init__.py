@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from pgcdc.source.columns import Column
     from pgcdc.source.enrich import BatchRead
     from pgcdc.source.events import Batch
+    from pgcdc.source.snapshots import Held
     from pgcdc.watermark import ConsumerState
 
 
@@ -54,6 +55,7 @@ class BatchWork:
     read: "Callable[[], BatchRead]"
     before_commit: Callable[[], None]
     landing: "Landing"
+    snapshot: "Held | None" = None  # the pass's snapshot the batch's rows are read in (a cut), or None
 
 
 @dataclass

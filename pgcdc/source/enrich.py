@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -25,7 +26,7 @@ from pgcdc.source.capture import AttachedTable
 from pgcdc.source.columns import Column
 from pgcdc.source.db import reader_statements
 from pgcdc.source.events import Batch
-from pgcdc.source.snapshots import import_statements
+from pgcdc.source.snapshots import Held, import_statements, reading
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -295,12 +296,12 @@ def fetch_keys(conn: psycopg.Connection, t: AttachedTable, columns: list[Column]
     return table.group_by([k.name for k in keys]).aggregate([]).select([k.name for k in keys])
 
 
-def fetch_rows(conn: psycopg.Connection, t: AttachedTable, columns: list[Column],
-               keys: "pa.Table") -> list[tuple[object, ...]] | None:
+def fetch_rows(conn: psycopg.Connection, t: AttachedTable, columns: list[Column], keys: "pa.Table",
+               snapshot: Held | None = None) -> list[tuple[object, ...]] | None:
     """The live rows (values in column order) of `keys` (from fetch_keys), read into the
-    driver (driver_write); each row once, and only rows of these keys, so the batch never
-    adds a row whose old version it did not mark deleted. None where psycopg has no Python
-    value for one: Spark reads them."""
+    driver (driver_write), as of the pass's `snapshot` if given (a transaction of their own);
+    each row once, and only rows of these keys, so the batch never adds a row whose old version
+    it did not mark deleted. None where psycopg has no Python value for one: Spark reads them."""
     def text(part: str) -> str:  # names may hold "%", which the query's parameters make special
         return part.replace("%", "%%")
     refs = [_ident(k) for k in t.key_columns]
@@ -314,7 +315,8 @@ def fetch_rows(conn: psycopg.Connection, t: AttachedTable, columns: list[Column]
                  + text(f") k({', '.join(refs)}))"))
     query = text(f"select {select_list(columns, 't', t)} from {_source(t, columns)} t where ") + where
     try:
-        return conn.execute(query, [keys.column(k).cast("string").to_pylist() for k in t.key_columns]).fetchall()
+        with nullcontext() if snapshot is None else reading(conn, snapshot):
+            return conn.execute(query, [keys.column(k).cast("string").to_pylist() for k in t.key_columns]).fetchall()
     except psycopg.DataError:
         return None
 

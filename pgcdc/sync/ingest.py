@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -327,7 +327,8 @@ class Job:
                     snap: events.Snapshot, row_bytes: float, state: ConsumerState, path: str,
                     report: TableReport, cut: PassCut | None = None) -> ConsumerState:
         """Apply one batch with `engine`, then copy its state next to the table and into PostgreSQL.
-        In a pass's cut, every read of the batch's rows (Spark's and the driver's) is in its snapshot."""
+        In a pass's cut, every read of the batch's rows (Spark's and the driver's) is in its snapshot
+        (the queue's rows of a batch are the same in any later one)."""
         s = self.settings.ingest
         began = time.monotonic()
         partitions = enrich.batch_partitions(batch.keys, s.small_batch_keys, s.jdbc_partitions,
@@ -350,10 +351,9 @@ class Job:
             return rows
 
         try:
-            with nullcontext() if cut is None else snapshots.importing(reader, cut.held):
-                written = engine.apply(BatchWork(self.spark, path, t, columns, batch, reader, row_bytes, s,
-                                                 new_state, read, lambda: mark_committing(primary, new_state, path),
-                                                 self.landing))
+            written = engine.apply(BatchWork(self.spark, path, t, columns, batch, reader, row_bytes, s, new_state,
+                                             read, lambda: mark_committing(primary, new_state, path), self.landing,
+                                             None if cut is None else cut.held))
         except Exception as exc:  # a column renamed or dropped after the run checked them: a copy covers it
             if source_state(exc) != UNDEFINED_COLUMN:
                 raise

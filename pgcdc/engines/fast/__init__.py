@@ -109,7 +109,7 @@ class FastEngine:
             keys = lambda: fetched  # noqa: E731
             # PostgreSQL looks the rows up while Spark resolves the batch's JDBC schema and
             # the driver finds the old rows; the rows are needed last, to be written
-            rows = in_background(lambda: enrich.fetch_rows(reader, t, columns, fetched))
+            rows = in_background(lambda: enrich.fetch_rows(reader, t, columns, fetched, work.snapshot))
         elif on_driver:  # the keys are read while Spark starts writing the rows
             key_read = _KEY_READER.submit(enrich.fetch_keys, reader, t, columns, batch)
             keys = key_read.result
