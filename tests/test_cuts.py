@@ -324,3 +324,39 @@ def test_a_fan_in_joins_a_cut_only_if_no_source_landed_again_between_its_sources
     fresh = cut_of(one)
     assert fresh.tables["app.orders"].version == two.version
     assert fresh.tables["app.orders"].sources == ["tenant_1.orders", "tenant_2.orders"]
+
+
+def test_a_pass_lets_its_snapshot_go_once_past_cut_seconds_the_last_table_reading_in_it_is_done(
+        db: psycopg.Connection, dsn: str) -> None:
+    """The snapshot holds back VACUUM: past `ingest.cut_seconds` no table starts reading in it, and
+    the last one reading in it lets it go (the exporting transaction ends: importing it fails)."""
+    import time
+
+    from pgcdc.errors import TargetError
+    from pgcdc.source import snapshots
+    from pgcdc.source.db import connect
+    from pgcdc.sync.cut import PassCut
+
+    with snapshots.hold(lambda: connect(dsn, reader=True)) as (held, release):
+        released: list[int] = []
+
+        def let_go() -> None:
+            released.append(1)
+            release()
+        cut = PassCut(held, {}, 0.5, let_go)
+        assert cut.enter("a") and cut.enter("(idle)")
+        with psycopg.connect(dsn, autocommit=True) as other:
+            with snapshots.importing(other, held):  # (while held, any connection may read in it)
+                assert other.execute("select pg_current_snapshot()::text").fetchone()[0].split(":")[1] == \
+                    str(held.snap.xmax)
+        cut.exit("(idle)")
+        time.sleep(0.6)
+        assert not cut.enter("b") and not released  # past the deadline, but "a" still reads in it
+        cut.exit("a")
+        assert released == [1]
+        cut.exit("a")
+        assert released == [1]  # (once)
+        with psycopg.connect(dsn, autocommit=True) as other:
+            with pytest.raises(TargetError, match="could not import the pass's snapshot"):
+                with snapshots.importing(other, held):
+                    pass

@@ -10,6 +10,7 @@ the same committed transactions: the queue's events and the tables' rows agree.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,17 +37,23 @@ def import_statements(exported: str) -> list[str]:
 
 
 @contextmanager
-def hold(connect: Callable[[], psycopg.Connection]) -> Iterator[Held]:
-    """Export a snapshot on a new reader connection and hold it until the block ends."""
+def hold(connect: Callable[[], psycopg.Connection]) -> Iterator[tuple[Held, Callable[[], None]]]:
+    """Export a snapshot on a new reader connection and hold it until the block ends, or until
+    the release function it gives is called (from any thread: the connection is closed, which
+    ends the transaction)."""
     conn = connect()
+    lock = threading.Lock()
+
+    def release() -> None:
+        with lock:
+            conn.close()
     try:
-        with conn.transaction():
-            conn.execute("set transaction isolation level repeatable read, read only")
-            snap = take_snapshot(conn)
-            exported = conn.execute("select pg_export_snapshot()").fetchone()[0]
-            yield Held(snap, exported)
+        conn.execute("begin isolation level repeatable read, read only")  # (an autocommit connection)
+        snap = take_snapshot(conn)
+        exported = conn.execute("select pg_export_snapshot()").fetchone()[0]
+        yield Held(snap, exported), release
     finally:
-        conn.close()
+        release()
 
 
 @contextmanager
@@ -58,9 +65,10 @@ def importing(conn: psycopg.Connection, held: Held) -> Iterator[None]:
             for statement in import_statements(held.exported):
                 conn.execute(statement)
         except psycopg.Error as exc:
-            raise TargetError(f"the reader could not import the pass's snapshot ({exc.diag.message_primary}): does "
-                              "source.replica_dsn (or source.dsn) lead to more than one server? Point it at one "
-                              "server, or set ingest.cuts = false") from None
+            raise TargetError(f"the reader could not import the pass's snapshot ({exc.diag.message_primary}): the "
+                              "transaction holding it ended (on a standby, a recovery conflict cancels it past "
+                              "max_standby_streaming_delay), or source.replica_dsn (or source.dsn) leads to more than "
+                              "one server; point it at one server, or set ingest.cuts = false") from None
         yield
 
 

@@ -49,20 +49,47 @@ class PassCut:
     """The cut one pass is making: its held snapshot, and what became of each of its tables.
     Shared by the pass's lanes (a lock around what they record)."""
 
-    def __init__(self, held: "Held", mirrors: dict[int, tuple[int, int | None]], seconds: float) -> None:
-        """`mirrors`: each table's mirrored (batch, committing) read before the snapshot was taken."""
+    def __init__(self, held: "Held", mirrors: dict[int, tuple[int, int | None]], seconds: float,
+                 release: "Callable[[], None]" = lambda: None) -> None:
+        """`mirrors`: each table's mirrored (batch, committing) read before the snapshot was taken;
+        `release`: lets the held snapshot go (once past the deadline no table reads in it)."""
         self.held = held
         self.mirrors = mirrors
         self.taken = datetime.now(timezone.utc)
         self.deadline = time.monotonic() + seconds
         self.seconds = seconds
+        self.release = release
         self.lock = threading.Lock()
+        self.inside: set[str] = set()  # tables (or "(idle)") reading in the snapshot now
+        self.released = False
         self.joined: dict[str, tuple["AttachedTable", str, int, int]] = {}  # by table: (it, path, version, batch)
         self.left: dict[str, str] = {}  # by table: why it is not in the cut
 
     def open(self) -> bool:
         """Whether tables (and batches) may still read in the snapshot."""
-        return time.monotonic() < self.deadline
+        return not self.released and time.monotonic() < self.deadline
+
+    def enter(self, name: str) -> bool:
+        """`name` starts reading in the snapshot; False if it may no longer (past the deadline)."""
+        with self.lock:
+            if not self.open():
+                self._let_go()
+                return False
+            self.inside.add(name)
+            return True
+
+    def exit(self, name: str) -> None:
+        """`name` no longer reads in the snapshot: past the deadline the last one out lets it go,
+        so a pass with a long backlog holds it for at most one more batch per lane."""
+        with self.lock:
+            self.inside.discard(name)
+            if time.monotonic() >= self.deadline:
+                self._let_go()
+
+    def _let_go(self) -> None:
+        if not self.inside and not self.released:
+            self.released = True
+            self.release()
 
     def admits(self, t: "AttachedTable", state: "ConsumerState") -> str | None:
         """Why a table whose committed state is `state` cannot join, or None. Its state must be
@@ -83,10 +110,12 @@ class PassCut:
                 self.left[t.name] = "its Delta version is not known (a state written by an older pgcdc)"
             else:
                 self.joined[t.name] = (t, path, state.version, state.batch)
+        self.exit(t.name)
 
     def leave(self, t: "AttachedTable", why: str) -> None:
         with self.lock:
             self.left.setdefault(t.name, why)
+        self.exit(t.name)
 
     def unreached(self) -> str:
         return self.late() if not self.open() else "the pass did not reach it (it stopped first)"
@@ -138,8 +167,8 @@ def taken(primary: "psycopg.Connection", connect_reader: "Callable[[], psycopg.C
     batches read first (PassCut.admits)."""
     found = mirrored(primary, consumer, [t.table_id for t in tables])
     mirrors = {tid: (m.batch, m.committing) for tid, m in found.items()}
-    with snapshots.hold(connect_reader) as held:
-        yield PassCut(held, mirrors, seconds)
+    with snapshots.hold(connect_reader) as (held, release):
+        yield PassCut(held, mirrors, seconds, release)
 
 
 def write(spark: "SparkSession", root: str, consumer: str, cut: PassCut, tables: list["AttachedTable"]) -> cuts.Cut:

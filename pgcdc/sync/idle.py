@@ -22,7 +22,6 @@ from pgcdc.lake.state import read_state_file
 from pgcdc.source import events, partitions, snapshots
 from pgcdc.source.columns import columns_of
 from pgcdc.source.mirror import mirror_states, mirrored
-from pgcdc.sync.cut import still_open
 from pgcdc.sync.plan import idle_base, idle_move
 from pgcdc.sync.report import TableReport
 
@@ -30,6 +29,8 @@ if TYPE_CHECKING:
     import psycopg
 
     from pgcdc.source.capture import AttachedTable
+    from pgcdc.source.mirror import Mirrored
+    from pgcdc.sync.cut import PassCut
     from pgcdc.sync.ingest import Job
     from pgcdc.watermark import ConsumerState
 
@@ -51,14 +52,26 @@ def pass_idle(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connec
     consumer, root = job.settings.consumer, target_root(job.settings.target.root) + "/"
     mirrors = mirrored(primary, consumer, [t.table_id for t in tables])
     next_txid = int(primary.execute("select pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0])
-    bases: dict[int, tuple["AttachedTable", "ConsumerState", str]] = {}
     candidates = [t for t in tables if t.table_id in mirrors and mirrors[t.table_id].target.startswith(root)
                   and _log_present(mirrors[t.table_id].target)]
     gapped = partitions.gaps(primary, {t.table_id: t.name for t in candidates})  # (copied on the full path)
     candidates = [t for t in candidates if t.table_id not in gapped]
     if not candidates:
         return {}, {}
-    cut = still_open(job.cut)  # (in a cut, the queue is read in its snapshot: idle tables join it)
+    # in a cut, the queue is read in its snapshot and the idle tables join it
+    cut = job.cut if job.cut is not None and job.cut.enter("(idle)") else None
+    try:
+        return _pass(job, primary, reader, identity, tables, candidates, mirrors, next_txid, cut)
+    finally:
+        if cut is not None:
+            cut.exit("(idle)")
+
+
+def _pass(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connection", identity: str,
+          tables: list["AttachedTable"], candidates: list["AttachedTable"], mirrors: dict[int, "Mirrored"],
+          next_txid: int, cut: "PassCut | None") -> tuple[dict[str, TableReport], dict[int, int]]:
+    """pass_idle's work once its candidates are known (in the pass's `cut` if given)."""
+    bases: dict[int, tuple["AttachedTable", "ConsumerState", str]] = {}
     with snapshots.reading(reader, None if cut is None else cut.held):
         current = columns_of(reader, [t.name for t in candidates])
         for t in candidates:

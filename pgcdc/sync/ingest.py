@@ -117,9 +117,8 @@ class Job:
         s = self.settings
         path, recorded, report, columns = self.open_table(primary, reader, t)
         source = self.target_schema(jdbc, t, columns)
-        key, fan_in = self.key(t), t.into is not None
         copies.create_target(self, primary, t, path, source)
-        target.check_owner(self.spark, path, s.consumer, None if recorded else t.target_name, fan_in)
+        target.check_owner(self.spark, path, s.consumer, None if recorded else t.target_name, t.into is not None)
         if s.target.database and (name := catalog.register(self.spark, s.target.database, t.target_name, path)):
             self.say(f"{t.name}: registered in the catalog as {name}")
         gone = tablelog.missing_files(self.spark, path)
@@ -127,12 +126,25 @@ class Job:
             raise TargetError(f"{path} references data files that are gone ({', '.join(gone)}, ...): it cannot be read; "
                               "was it vacuumed with its retention check off while pgcdc wrote it? Run "
                               f"`pgcdc resync {t.name}` to write it again")
+        cut = self.cut
+        if cut is not None and not cut.enter(t.name):
+            cut = leave(cut, t, cut.late(), self.routine)
+        try:
+            return self.sync(primary, reader, jdbc, identity, t, cut, path, report, columns, source)
+        finally:
+            if cut is not None:
+                cut.exit(t.name)  # (a table that failed: it reads in the snapshot no more)
+
+    def sync(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], identity: str,
+             t: AttachedTable, cut: PassCut | None, path: str, report: TableReport, columns: list[Column],
+             source: "StructType") -> TableReport:
+        """sync_table's work once the table's Delta table is there and may be read: in the pass's
+        `cut` if given."""
+        s = self.settings
+        key, fan_in = self.key(t), t.into is not None
         choice = self.chooser.choose(path)
         self.routine(f"{t.name}: {choice.line()}")
         now = self.fingerprint(t, columns)
-        cut = self.cut
-        if cut is not None and not cut.open():
-            cut = leave(cut, t, cut.late(), self.routine)
         quick = read_state_file(self.spark, path, key)
         copied = quick.columns if fan_in and quick is not None else ""  # (what its rows were copied with)
         why = copy_reason(primary, self.spark, s, t, path, source, copied, now)
