@@ -81,8 +81,7 @@ def first_synced(dsn: str, work: Path, variants: dict[str, tuple[list[str], dict
     from pgcdc.sync.runs import run_job
 
     base = Settings(source={"dsn": dsn}, target={"root": str(work / "lake")}, consumer="x",
-                    ingest={"max_keys_per_batch": 10_000_000, "max_events_per_batch": 100_000,
-                            "recopy_fraction": 0},  # (batches applied as batches, however many keys)
+                    ingest={"max_keys_per_batch": 10_000_000, "max_events_per_batch": 100_000},
                     spark={"conf": {"spark.driver.memory": "6g", "spark.sql.shuffle.partitions": "8"}})
     spark = get_session(base.spark, target_root=base.target.root)
     jobs = {}

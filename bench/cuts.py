@@ -8,7 +8,8 @@ On a throwaway PostgreSQL and local Spark, two tables of --rows rows (`a` and `b
 syncing both, so the snapshot spans two tables) take the same changes each round: every k-th
 row updated and a tenth as many deleted. Four consumers apply them, each a long-lived Job as a
 follower's runs are, in an order rotated each round: each engine with `ingest.cuts` on (the
-default) and off. Each time with cuts is printed against the same engine's without.
+default) and off, every batch applied as a batch (`recopy_fraction` 0: a copy reads in a snapshot
+of its own, cut or not). Each time with cuts is printed against the same engine's without.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def main() -> None:
             for table in ("a", "b"):
                 capture.attach(conn, table)
             spark, jobs = first_synced(pg.dsn(), work, {name: (["public.a", "public.b"], {},
-                                                               {"engine": engine, "cuts": cuts})
+                                                               {"engine": engine, "cuts": cuts,
+                                                                "recopy_fraction": 0})
                                                         for name, (engine, cuts) in CONSUMERS.items()})
             results = run_rounds(conn, ["a", "b"], args, jobs)
         print(f"\nresults ({args.rows} rows in each of 2 tables, local[2]; medians of {args.rounds} rounds):")
