@@ -27,6 +27,7 @@ class Held:
 
     snap: Snapshot
     exported: str
+    limit: float | None = None  # seconds a standby lets it live before replay may cancel it; None: no limit
 
 
 def import_statements(exported: str) -> list[str]:
@@ -51,9 +52,19 @@ def hold(connect: Callable[[], psycopg.Connection]) -> Iterator[tuple[Held, Call
         conn.execute("begin isolation level repeatable read, read only")  # (an autocommit connection)
         snap = take_snapshot(conn)
         exported = conn.execute("select pg_export_snapshot()").fetchone()[0]
-        yield Held(snap, exported), release
+        yield Held(snap, exported, _replay_limit(conn) if snap.standby else None), release
     finally:
         release()
+
+
+def _replay_limit(conn: psycopg.Connection) -> float | None:
+    """On a standby: how long replay waits for a snapshot that conflicts with it before it cancels
+    the session holding it (max_standby_streaming_delay), or None if it never does (-1, or
+    hot_standby_feedback on: the primary keeps what the snapshot needs)."""
+    feedback, delay = conn.execute(
+        "select current_setting('hot_standby_feedback'), "
+        "(select setting::float8 from pg_catalog.pg_settings where name = 'max_standby_streaming_delay')").fetchone()
+    return None if feedback == "on" or delay < 0 else delay / 1000
 
 
 @contextmanager

@@ -55,6 +55,8 @@ class PassCut:
         `release`: lets the held snapshot go (once past the deadline no table reads in it)."""
         self.held = held
         self.mirrors = mirrors
+        # (on a standby without feedback, within half the time replay waits before cancelling it)
+        seconds = seconds if held.limit is None else min(seconds, held.limit / 2)
         self.taken = datetime.now(timezone.utc)
         self.deadline = time.monotonic() + seconds
         self.seconds = seconds
@@ -121,7 +123,10 @@ class PassCut:
         return self.late() if not self.open() else "the pass did not reach it (it stopped first)"
 
     def late(self) -> str:
-        return f"the pass reached it after ingest.cut_seconds ({self.seconds:g} s)"
+        return f"the pass reached it after ingest.cut_seconds ({self.seconds:g} s{self.why_limit()})"
+
+    def why_limit(self) -> str:
+        return "" if self.held.limit is None else ", half the standby's max_standby_streaming_delay at most"
 
     def record(self, consumer: str, tables: list["AttachedTable"]) -> cuts.Cut:
         """The cut as the lake keeps it: by Delta table; a fan-in's when every source joined."""
