@@ -8,6 +8,7 @@ from pgcdc.cli.common import print_json
 from pgcdc.cli.common import settings_of as _settings
 from pgcdc.lake import cuts
 from pgcdc.lake.paths import local_folder
+from pgcdc.spark.session import get_session
 
 
 def cmd_cut(args: argparse.Namespace) -> int:
@@ -16,8 +17,6 @@ def cmd_cut(args: argparse.Namespace) -> int:
     settings = _settings(args)
     spark = None
     if local_folder(settings.target.root) is None:
-        from pgcdc.spark.session import get_session
-
         spark = get_session(settings.spark, target_root=settings.target.root)
     cut = cuts.newest(spark, settings.target.root, settings.consumer, args.tables or None)
     shown = {n: t for n, t in cut.tables.items() if not args.tables or n in args.tables or set(args.tables) & set(t.sources)}

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgcdc.errors import TargetError
 from pgcdc.lake.paths import FOLDER, local_folder, target_root
+from pgcdc.settings import Settings, load_settings
 from pgcdc.spark.jvm import cls
 
 if TYPE_CHECKING:
@@ -152,3 +153,13 @@ def read_tables(spark: "SparkSession", cut: Cut, names: list[str] | None = None)
     wanted = set(names or cut.tables)
     return {name: spark.read.format("delta").option("versionAsOf", t.version).load(t.path)
             for name, t in sorted(cut.tables.items()) if name in wanted or wanted & set(t.sources)}
+
+
+def read_cut(spark: "SparkSession", config: "Settings | str | None" = None,
+             tables: list[str] | None = None) -> dict[str, "DataFrame"]:
+    """The consumer's Delta tables as of its newest cut (docs/readers.md; `pgcdc.read_cut`): those
+    `tables` name (Delta or PostgreSQL names; default: all of them), each read at the version at
+    which they all agree with PostgreSQL as of one snapshot, by Delta table name. `config`: the
+    settings or the path of their TOML file (default: $PGCDC_CONFIG)."""
+    settings = config if isinstance(config, Settings) else load_settings(config)
+    return read_tables(spark, newest(spark, settings.target.root, settings.consumer, tables), tables)
