@@ -19,7 +19,7 @@ def cmd_cut(args: argparse.Namespace) -> int:
     if local_folder(settings.target.root) is None:
         spark = get_session(settings.spark, target_root=settings.target.root)
     cut = cuts.newest(spark, settings.target.root, settings.consumer, args.tables or None)
-    shown = {n: t for n, t in cut.tables.items() if not args.tables or n in args.tables or set(args.tables) & set(t.sources)}
+    shown = cut.select(args.tables)
     if args.json:
         print_json({"consumer": cut.consumer, "cut": cut.name, "taken_at": cut.taken_at, "snapshot": cut.snapshot,
                     "tables": {n: {"path": t.path, "version": t.version, "sources": t.sources}

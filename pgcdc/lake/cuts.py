@@ -60,6 +60,11 @@ class Cut:
         tables = {name: CutTable(**t) for name, t in d.pop("tables").items()}
         return cls(tables=tables, **d)
 
+    def select(self, names: list[str] | None = None) -> dict[str, CutTable]:
+        """Its Delta tables (all, or those `names` name: Delta or PostgreSQL names), by name, sorted."""
+        wanted = set(names or self.tables)
+        return {name: t for name, t in sorted(self.tables.items()) if name in wanted or wanted & set(t.sources)}
+
     def holds(self, names: list[str]) -> list[str]:
         """Of `names` (Delta table names or PostgreSQL ones), those this cut does not hold."""
         held = set(self.tables) | {s for t in self.tables.values() for s in t.sources}
@@ -150,9 +155,8 @@ def newest(spark: "SparkSession | None", root: str, consumer: str, wanted: list[
 def read_tables(spark: "SparkSession", cut: Cut, names: list[str] | None = None) -> dict[str, "DataFrame"]:
     """The cut's Delta tables (all, or those `names` hold: Delta or PostgreSQL names) as DataFrames,
     each read at its version (Delta's public reader, `versionAsOf`), by Delta table name."""
-    wanted = set(names or cut.tables)
     return {name: spark.read.format("delta").option("versionAsOf", t.version).load(t.path)
-            for name, t in sorted(cut.tables.items()) if name in wanted or wanted & set(t.sources)}
+            for name, t in cut.select(names).items()}
 
 
 def read_cut(spark: "SparkSession", config: "Settings | str | None" = None,

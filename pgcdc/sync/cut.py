@@ -135,7 +135,7 @@ class PassCut:
         for t in tables:
             by_delta.setdefault(t.target_name, []).append(t)
         joined: dict[str, CutTable] = {}
-        left = {name: why for name, why in self.left.items()}
+        left = dict(self.left)
         for delta, sources in sorted(by_delta.items()):
             out = [t.name for t in sources if t.name not in self.joined]
             if out:
@@ -149,11 +149,6 @@ class PassCut:
                                                                    "in_progress": len(snap.in_progress),
                                                                    "standby": snap.standby},
                         joined, left)
-
-
-def still_open(cut: PassCut | None) -> PassCut | None:
-    """The pass's cut while tables may still join it, else None."""
-    return cut if cut is not None and cut.open() else None
 
 
 def leave(cut: PassCut | None, t: "AttachedTable", why: str, say: "Callable[[str], None]") -> PassCut | None:

@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 
+CHUNKS_UNDER_WAY = "a copy in chunks is under way (each chunk reads in a snapshot of its own)"  # (out of a cut)
+
+
 class ColumnsChanged(Exception):
     """A batch read found the table's columns changed since its run checked them."""
 
@@ -174,7 +177,7 @@ class Job:
             cut = leave(cut, t, "copied in a snapshot of its own (its first copy)", self.routine)
             state = copies.copy_table(self, primary, reader, jdbc, identity, t, columns, path, report, 0, choice.engine)
         elif state.copy is not None:  # a copy in chunks that a kill or a stop left under way
-            cut = leave(cut, t, "a copy in chunks is under way (each chunk reads in a snapshot of its own)", self.routine)
+            cut = leave(cut, t, CHUNKS_UNDER_WAY, self.routine)
             check_state(primary, state, identity, t, path)
             state = copies.resume_copy(self, primary, reader, jdbc, identity, t, columns, path, report, state,
                                        choice.engine)
@@ -230,7 +233,7 @@ class Job:
                 self.compactor.between_batches(path, t.name, s.ingest.compact_files, t.fan_in_shard)
                 compacted_at = report.batches
         if state.copy is not None:
-            cut = leave(cut, t, "a copy in chunks is under way (each chunk reads in a snapshot of its own)", self.routine)
+            cut = leave(cut, t, CHUNKS_UNDER_WAY, self.routine)
         if report.batches and not self.stopping():  # (each batch added files)
             self.compactor.after_batches(path, t.name, s.ingest.compact_files, t.fan_in_shard)
         return self.finish(primary, reader, t, state, path, report, choice.engine, now, cut)
