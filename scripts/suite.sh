@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
-# `make test`'s suites, in two lanes. The main lane runs tests/ (PostgreSQL 15 on this image) but
-# SIDE_FILES and SIDE_TESTS. The side lane runs, one after the other: the second Spark/Delta pair
-# (compat.sh), PostgreSQL 18 (pg18.sh), and SIDE_FILES and SIDE_TESTS in a pytest of their own:
-# tests that mostly wait on processes or servers they start (a standalone cluster, an installed
-# wheel's spark-submit, another Spark application, followers, a standby, an S3 server) and
-# schedules that sit idle between writers' pauses. The main lane leaves about a third of two
-# cores idle (it waits on its servers, child JVMs and writers' pauses); the side lane uses that
-# time instead of adding its ~30 minutes after it. Its output goes to .test-logs/ and is
-# printed when the main lane ends.
-# Arguments go to the main lane's pytest. Exit status: the first failing suite's.
+# `make test`'s suites, in two lanes. The main lane runs tests/ (PostgreSQL 15 on this image)
+# but SIDE_FILES and SIDE_TESTS. The side lane runs, one after the other: the second Spark/Delta
+# pair (compat.sh), PostgreSQL 18 (pg18.sh), and SIDE_FILES and SIDE_TESTS in a pytest of their
+# own: tests that mostly wait on processes or servers they start (a standalone cluster, an
+# installed wheel's spark-submit, another Spark application, followers, a standby, an S3 server)
+# and schedules that sit idle between writers' pauses (and one test moved to even the lanes).
+# The main lane leaves about a third of two cores idle (it waits on its servers, child JVMs and
+# writers' pauses); the side lane uses that time instead of adding its ~30 minutes after it. Its
+# output goes to .test-logs/ and is printed when the main lane ends. Arguments go to the main
+# lane's pytest. Exit status: the first failing suite's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SIDE_FILES=(tests/test_cluster.py tests/test_packaging.py tests/test_catalog.py tests/test_follow.py)
 SIDE_TESTS=(tests/test_differential.py::test_delta_equals_postgres_on_object_storage
             tests/test_differential.py::test_delta_equals_postgres_reading_through_a_hot_standby
-            tests/test_differential.py::test_delta_equals_postgres_with_a_fan_in)
+            tests/test_differential.py::test_delta_equals_postgres_with_a_fan_in
+            tests/test_history.py::test_a_kill_between_the_mirror_and_its_history_is_made_good_by_the_next_run)
 SIDE=(compat pg18 side)
 logs=.test-logs
 mkdir -p "$logs"
