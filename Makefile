@@ -7,10 +7,10 @@ setup:
 demo: setup
 	.venv/bin/pgcdc demo
 
-# lint, then the whole suite on the pinned pyspark/delta-spark pair and, beside it, the merge
-# engine on the second supported pair (scripts/compat.sh), capture, security, lifecycle and one
-# randomized schedule on PostgreSQL 18 (scripts/pg18.sh) and the process-heavy tests: scripts/suite.sh
-test: setup lint
+# the whole suite on the pinned pyspark/delta-spark pair and, beside it, lint, the merge engine on
+# the second supported pair (scripts/compat.sh), capture, security, lifecycle and one randomized
+# schedule on PostgreSQL 18 (scripts/pg18.sh) and the process-heavy tests: scripts/suite.sh
+test: setup
 	bash scripts/suite.sh
 
 lint: setup

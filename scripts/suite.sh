@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `make test`'s suites, in two lanes. The main lane runs tests/ (PostgreSQL 15 on this image)
-# but SIDE_FILES and SIDE_TESTS. The side lane runs, one after the other: the second Spark/Delta
+# `make test`'s lint and suites, in two lanes. The main lane runs tests/ (PostgreSQL 15 on this image)
+# but SIDE_FILES and SIDE_TESTS. The side lane runs, one after the other: `make lint`, the second Spark/Delta
 # pair (compat.sh), PostgreSQL 18 (pg18.sh), and SIDE_FILES and SIDE_TESTS in a pytest of their
 # own: tests that mostly wait on processes or servers they start (a standalone cluster, an
 # installed wheel's spark-submit, another Spark application, followers, a standby, an S3 server)
@@ -16,13 +16,14 @@ SIDE_TESTS=(tests/test_differential.py::test_delta_equals_postgres_on_object_sto
             tests/test_differential.py::test_delta_equals_postgres_reading_through_a_hot_standby
             tests/test_differential.py::test_delta_equals_postgres_with_a_fan_in
             tests/test_history.py::test_a_kill_between_the_mirror_and_its_history_is_made_good_by_the_next_run)
-SIDE=(compat pg18 side)
+SIDE=(lint compat pg18 side)
 logs=.test-logs
 mkdir -p "$logs"
 rm -f "$logs"/*.log "$logs"/*.status
 
 side() {
   case $1 in
+    lint) make --no-print-directory lint ;;
     compat) bash scripts/compat.sh ;;
     pg18) bash scripts/pg18.sh ;;
     side) .venv/bin/pytest -p no:cacheprovider "${SIDE_FILES[@]}" "${SIDE_TESTS[@]}" ;;
@@ -37,7 +38,7 @@ side() {
 lane=$!
 # (a background job ignores the terminal's ^C: stop it with the main lane)
 trap 'pkill -TERM -P $lane; exit 130' INT TERM
-echo "[test] beside the main suite: scripts/compat.sh, scripts/pg18.sh, then ${SIDE_FILES[*]} ${SIDE_TESTS[*]} (logs: $logs/)"
+echo "[test] beside the main suite: make lint, scripts/compat.sh, scripts/pg18.sh, then ${SIDE_FILES[*]} ${SIDE_TESTS[*]} (logs: $logs/)"
 
 ignore=()
 for f in "${SIDE_FILES[@]}"; do ignore+=(--ignore "$f"); done

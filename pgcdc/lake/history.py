@@ -351,7 +351,8 @@ def _apply(spark: "SparkSession", hpath: str, keys: list[str], data: "StructType
         closes = events.where("_first and _had").join(times, F.col("_v") == F.col("_tv")).select(
             *ks, F.col("_v").alias(TO_VERSION), F.col("_ts").alias(VALID_TO), F.lit(True).alias("_close"))
         source = opens.unionByName(closes, allowMissingColumns=True)
-        opened, closed = events.where("_live").count(), events.where("_first and _had").count()
+        counted = events.agg(F.count(F.when(F.col("_live"), 1)), F.count(F.when(F.col("_first") & F.col("_had"), 1)))
+        opened, closed = counted.first() or (0, 0)
         # Idempotent against the history as the MERGE reads it, should another fold (a fan-in's
         # other source) have folded some of these versions since this one read it: a close only
         # closes a current version older than the version closing it, and a version opened
