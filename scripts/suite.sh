@@ -15,7 +15,8 @@ SIDE_FILES=(tests/test_cluster.py tests/test_packaging.py tests/test_catalog.py 
 SIDE_TESTS=(tests/test_differential.py::test_delta_equals_postgres_on_object_storage
             tests/test_differential.py::test_delta_equals_postgres_reading_through_a_hot_standby
             tests/test_differential.py::test_delta_equals_postgres_with_a_fan_in
-            tests/test_history.py::test_a_kill_between_the_mirror_and_its_history_is_made_good_by_the_next_run)
+            tests/test_history.py::test_a_kill_between_the_mirror_and_its_history_is_made_good_by_the_next_run
+            tests/test_history.py::test_a_resync_closes_what_it_no_longer_finds_and_opens_what_changed_without_rewriting_history)
 SIDE=(lint compat pg18 side)
 logs=.test-logs
 mkdir -p "$logs"
