@@ -24,7 +24,7 @@ rm -f "$logs"/*.log "$logs"/*.status
 
 side() {
   case $1 in
-    lint) make --no-print-directory lint ;;
+    lint) make --no-print-directory -o setup lint ;;  # (make test ran setup already)
     compat) bash scripts/compat.sh ;;
     pg18) bash scripts/pg18.sh ;;
     side) .venv/bin/pytest -p no:cacheprovider "${SIDE_FILES[@]}" "${SIDE_TESTS[@]}" ;;
