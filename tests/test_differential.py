@@ -46,10 +46,9 @@ MODES = ["out_of_order", "strict"]
 # (seed, mode) of the plain schedules: each of the fixed seeds in one mode, a re-played seed in both
 # The bounded tests play fewer ingest runs than a soak's schedule (Params.runs, 7: 3 here, 2 for
 # the standby, object-storage, fan-in and follower schedules), at most one in a process of its own,
-# and fewer transactions a writer (Params.transactions, 200: 80 here; the follower's workers
-# share them): CI time counts.
+# and fewer transactions a writer (Params.transactions, 200: 120 here): CI time counts.
 CI_RUNS = 3
-CI = {"process_runs": 1, "transactions": 80}
+CI = {"process_runs": 1, "transactions": 120}
 PLAIN = [(s, m) for s in SEEDS for m in MODES] if REPLAY else [(12, "out_of_order")]
 # The landing shapes a seed draws (soft deletes, metadata columns: docs/columns.md; the history:
 # docs/history.md) apply with either engine; in `make test` the partitioned and object-storage
@@ -80,7 +79,10 @@ def test_delta_equals_postgres_after_a_random_schedule(spark, dsn: str, tmp_path
     landing shapes do not depend on the server's version); a list of shapes (`history`, `deletes`,
     `metadata`) keeps those plain only (scripts/compat.sh: the history, CI time)."""
     plain = os.environ.get("PGCDC_PLAIN_SHAPES", "")
-    shapes = PLAIN_SHAPES if plain == "1" else {k: v for k, v in PLAIN_SHAPES.items() if k in plain.split(",")}
+    names = list(PLAIN_SHAPES) if plain == "1" else [n for n in plain.split(",") if n]
+    if unknown := set(names) - set(PLAIN_SHAPES):
+        pytest.fail(f"PGCDC_PLAIN_SHAPES: no shape {', '.join(sorted(unknown))}: 1, or some of {', '.join(PLAIN_SHAPES)}")
+    shapes = {k: PLAIN_SHAPES[k] for k in names}
     # (the bank's writers and their cuts where passes make cuts: out_of_order mode, docs/readers.md;
     # re-played seeds only, CI time: seed 12 here leaves it to the standby's and compat.sh's seeds)
     _play(Params.draw(seed, mode, runs=CI_RUNS, bank=mode == "out_of_order" and REPLAY, **CI, **shapes), spark, dsn,
@@ -115,8 +117,8 @@ def test_delta_equals_postgres_with_a_follower(spark, dsn: str, tmp_path: Path) 
     catch up and stop on SIGTERM with exit 0."""
     seed = SEEDS[0] + 301
     runs = int(os.environ.get("PGCDC_FOLLOW_RUNS", "2"))  # (stretches of the writers' schedule; more to soak it)
-    _play(Params.draw(seed, "out_of_order" if seed % 4 < 2 else "strict", follow=True, runs=runs, workers=2,
-                      **({} if REPLAY or runs > 2 else {"transactions": CI["transactions"]})), spark, dsn, tmp_path)
+    _play(Params.draw(seed, "out_of_order" if seed % 4 < 2 else "strict", follow=True, runs=runs, workers=2),
+          spark, dsn, tmp_path)
 
 
 @pytest.mark.slow
