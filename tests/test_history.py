@@ -191,3 +191,37 @@ def test_verify_compares_the_historys_current_rows_too_and_compact_compacts_it(d
     done = compact(syncer.settings(**HISTORY), syncer.spark, ["app.t"])
     assert [(c.table, c.path) for c in done] == [("app.t", syncer.path("app.t")),
                                                  ("app.t (history)", syncer.path("app.t") + "__history")]
+
+
+def test_two_folds_starting_a_history_at_once_leave_it_exact_at_every_version(spark, tmp_path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fan-in's sources (or a consumer's workers) may both find no history and start it, each
+    from the mirror version it saw: one creates it, the other folds what follows. Here the
+    creation by the fold that saw version 0 lands between the other's plan (version 2) and its
+    own creation, the order that once opened every row of versions 1-2 at version 2."""
+    import pgcdc.lake.history as history
+    from delta.tables import DeltaTable
+
+    path = str(tmp_path / "app.t")
+    spark.range(10).selectExpr("id", "cast(id as string) as v").write.format("delta") \
+        .option("delta.enableChangeDataFeed", "true").save(path)
+    create = history._create
+    first = history.commit(spark, path, 0)  # (what the other fold read: the mirror at version 0)
+    for i in (1, 2):
+        changes = spark.createDataFrame([(i, f"x{i}"), (100 + i, "new")], "id long, v string")
+        DeltaTable.forPath(spark, path).alias("t").merge(changes.alias("s"), "t.id = s.id") \
+            .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
+    calls = []
+
+    def raced(spark_, hpath, path_, data, commit, *rest):
+        calls.append(commit.version)
+        if len(calls) == 1:  # the other fold creates it first, from version 0
+            assert create(spark_, hpath, path_, data, first, *rest) == 10
+        return create(spark_, hpath, path_, data, commit, *rest)
+    monkeypatch.setattr(history, "_create", raced)
+    folded = history.catch_up(spark, path, ["id"], False, "c", "app.t")
+    assert calls == [2] and folded is not None and (folded.first, folded.last) == (1, 2)
+    assert (folded.opened, folded.closed) == (4, 2)
+    fault = history_faults(spark, path, ["id"], samples=10)
+    assert fault is None, fault
+    assert history.catch_up(spark, path, ["id"], False, "c", "app.t") is None  # (caught up)

@@ -21,19 +21,26 @@ counts as gone; pgcdc's own columns never enter the history.
 Commits that changed the mirror's schema, and ranges whose change data the log no longer
 has, are folded as a snapshot: the mirror as of that version against the history's current
 rows (closing what it lacks, opening what is new or changed). Old versions are never rewritten.
+
+A new history is created holding its first versions, the mirror's live rows, in one commit
+(nothing to close: no MERGE), so of two folds starting a history at once one creates it and
+the other folds what follows. Folds of one history in one process take turns (a fan-in's
+sources, applied in lanes beside each other); across processes, Delta's conflict on the txn
+action and the MERGE's conditions keep them exact.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pgcdc.errors import ConflictError, TargetError
 from pgcdc.lake import landing, tablelog
+from pgcdc.lake.history_states import Commit, columns, commit, live, states
 from pgcdc.lake.paths import spark_ident
 from pgcdc.lake.target import OWNER, SOURCE, conflicts, map_columns_if_needed, needs_column_mapping, session_confs
-from pgcdc.watermark import ConsumerState
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -51,6 +58,8 @@ NAMES = (VALID_FROM, VALID_TO, IS_CURRENT, FROM_VERSION, TO_VERSION, WATERMARK)
 _CDF = "delta.enableChangeDataFeed"
 # what Spark's error says when a file of the versions to fold is gone
 _GONE = ("CHANGE_DATA", "change data", "FILE_NOT_FOUND", "FileNotFound")
+_turns: dict[str, threading.Lock] = {}  # a lock per history path: folds of one history take turns
+_turns_lock = threading.Lock()
 
 
 def history_path(path: str) -> str:
@@ -77,14 +86,6 @@ class Folded:
         return f"{table}: history follows the mirror's {span}: {self.opened} row versions opened, {self.closed} closed"
 
 
-@dataclass(frozen=True)
-class _Commit:
-    version: int
-    millis: int
-    watermark: int | None
-    snapshot: bool  # folded as a snapshot (it changed the schema, or the feed cannot serve it)
-
-
 def folded_version(spark: "SparkSession", path: str) -> int:
     """The mirror version the history of the table at `path` holds (-1: no history yet)."""
     hpath = history_path(path)
@@ -104,12 +105,15 @@ def catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, cons
     A fan-in's sources, applied beside each other, fold its one history: the one whose commit
     loses to another's folds again from what that one left (a fold the other's covered
     already is skipped by Delta: its txn version is not above the one committed)."""
-    for attempt in range(3):
-        try:
-            return _catch_up(spark, path, keys, soft, consumer, table)
-        except ConflictError:
-            if attempt == 2:
-                raise
+    with _turns_lock:
+        turn = _turns.setdefault(history_path(path), threading.Lock())
+    with turn:
+        for attempt in range(3):
+            try:
+                return _catch_up(spark, path, keys, soft, consumer, table)
+            except ConflictError:
+                if attempt == 2:
+                    raise
     return None
 
 
@@ -127,19 +131,27 @@ def _catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, con
         newest = tablelog.latest_version(spark, path)
         log = tablelog.read_state(spark, path, need_txns=False)
     data = _data_schema(log.schema())
+    if done < 0 and tablelog.latest_version(spark, hpath) < 0:
+        first = commit(spark, path, newest)
+        if (opened := _create(spark, hpath, path, data, first, soft, consumer, table)) is not None:
+            return Folded(newest, newest, opened, 0)
+        done = folded_version(spark, path)  # (another fold created it first: fold what follows)
+        if done >= newest:
+            return None
     _prepare(spark, hpath, data, consumer, table)
     if done < 0 or not feed:  # a new history starts from the mirror as it is now
-        commits = [replace(_commit(spark, path, newest), snapshot=True)]
+        commits = [replace(commit(spark, path, newest), snapshot=True)]
     else:
-        commits = [_commit(spark, path, v) for v in range(done + 1, newest + 1)]
+        commits = [commit(spark, path, v) for v in range(done + 1, newest + 1)]
+    current = _current(spark, hpath, data)
     try:
-        opened, closed = _apply(spark, hpath, keys, data, _states(spark, path, keys, data, commits, soft, hpath),
+        opened, closed = _apply(spark, hpath, keys, data, states(spark, path, keys, data, commits, soft, current),
                                 commits, newest, None if done < 0 or feed else done + 1)
     except Exception as exc:  # a file the change data needs is gone (VACUUM): the mirror as it is now
         if not any(s in str(exc) for s in _GONE):
             raise
-        commits = [replace(_commit(spark, path, newest), snapshot=True)]
-        opened, closed = _apply(spark, hpath, keys, data, _states(spark, path, keys, data, commits, soft, hpath),
+        commits = [replace(commit(spark, path, newest), snapshot=True)]
+        opened, closed = _apply(spark, hpath, keys, data, states(spark, path, keys, data, commits, soft, current),
                                 commits, newest, done + 1)
     return Folded(commits[0].version, newest, opened, closed)
 
@@ -159,29 +171,55 @@ def _fields() -> "list[Any]":
             StructField(TO_VERSION, LongType()), StructField(WATERMARK, LongType())]
 
 
-def _prepare(spark: "SparkSession", hpath: str, data: "StructType", consumer: str, table: str) -> None:
-    """Create the history table, or add the mirror's new columns to it; refuse a column whose
-    type changed (the history's old versions keep the old one)."""
-    from delta.tables import DeltaTable
+def _properties(schema: "StructType", consumer: str, table: str) -> dict[str, str]:
+    props = {OWNER: consumer, SOURCE: history_name(table)}
+    if needs_column_mapping(schema):
+        props["delta.columnMapping.mode"] = "name"
+    return props
+
+
+def _create(spark: "SparkSession", hpath: str, path: str, data: "StructType", first: Commit, soft: bool,
+            consumer: str, table: str) -> int | None:
+    """Create the history holding the mirror's live rows as of `first`, each a current version
+    opened by it, in one commit marked like a fold's: the rows opened, or None if another fold
+    created the history first."""
+    from pyspark.sql import functions as F
     from pyspark.sql.types import StructField, StructType
+
+    mirror = spark.read.format("delta").option("versionAsOf", first.version).load(path)
+    schema = StructType([StructField(f.name, f.dataType, True) for f in data.fields] + _fields())
+    rows = mirror.where(live(soft, mirror)).select(
+        *columns(data, mirror), F.timestamp_millis(F.lit(first.millis)).alias(VALID_FROM),
+        F.lit(None).cast("timestamp").alias(VALID_TO), F.lit(True).alias(IS_CURRENT),
+        F.lit(first.version).cast("long").alias(FROM_VERSION), F.lit(None).cast("long").alias(TO_VERSION),
+        F.lit(first.watermark).cast("long").alias(WATERMARK)).to(schema)
+    writer = rows.writeTo(f"delta.{spark_ident(hpath)}").using("delta")
+    for k, v in _properties(schema, consumer, table).items():
+        writer = writer.tableProperty(k, v)
+    confs = {"spark.databricks.delta.write.txnAppId": APP_ID,
+             "spark.databricks.delta.write.txnVersion": str(first.version),
+             "spark.databricks.delta.commitInfo.userMetadata": json.dumps({"mirror_version": first.version})}
+    try:
+        with session_confs(spark, confs):
+            writer.create()
+    except Exception:
+        if tablelog.latest_version(spark, hpath) < 0:
+            raise
+        return None
+    actions = tablelog.commit_actions(spark, hpath, 0) or []
+    info: dict[str, Any] = next((a["commitInfo"] for a in actions if isinstance(a.get("commitInfo"), dict)), {})
+    return int((info.get("operationMetrics") or {}).get("numOutputRows", 0))
+
+
+def _prepare(spark: "SparkSession", hpath: str, data: "StructType", consumer: str, table: str) -> None:
+    """Check the history is this table's, and add the mirror's new columns to it; refuse a column
+    whose type changed (the history's old versions keep the old one)."""
+    from pyspark.sql.types import StructType
 
     log = tablelog.read_state(spark, hpath, need_txns=False)
     marker = history_name(table)
-    if log.version < 0:
-        schema = StructType([StructField(f.name, f.dataType, True) for f in data.fields] + _fields())
-        builder = DeltaTable.createIfNotExists(spark).location(hpath).addColumns(schema)
-        props = {OWNER: consumer, SOURCE: marker}
-        if needs_column_mapping(schema):
-            props["delta.columnMapping.mode"] = "name"
-        for k, v in props.items():
-            builder = builder.property(k, v)
-        try:
-            builder.execute()
-        except Exception:
-            if tablelog.latest_version(spark, hpath) < 0:
-                raise
-            return _prepare(spark, hpath, data, consumer, table)  # (a fan-in's other source made it first)
-        return
+    if log.version < 0:  # (made by _create: gone since)
+        raise TargetError(f"{hpath}: the history of {table} was removed while it was folded; run the ingest again")
     props = log.configuration
     if props.get(OWNER) != consumer or props.get(SOURCE) != marker:
         raise TargetError(f"{hpath} is not the history of {table} for consumer {consumer} (it is "
@@ -197,100 +235,11 @@ def _prepare(spark: "SparkSession", hpath: str, data: "StructType", consumer: st
         spark.sql(f"alter table delta.{spark_ident(hpath)} add columns ({columns})")
 
 
-def _commit(spark: "SparkSession", path: str, version: int) -> _Commit:
-    """What the history takes from mirror commit `version`: its time, watermark and whether it
-    changed the schema (or is gone from the log: then folded as a snapshot too)."""
-    actions = tablelog.commit_actions(spark, path, version)
-    if actions is None:
-        return _Commit(version, 0, None, True)
-    info: dict[str, Any] = next((a["commitInfo"] for a in actions if isinstance(a.get("commitInfo"), dict)), {})
-    millis = int(info.get("inCommitTimestamp") or info.get("timestamp") or 0)
-    meta = info.get("userMetadata")
-    watermark = None
-    if meta:
-        try:
-            state = ConsumerState.from_json(meta)
-            watermark = state.watermark if state is not None else None
-        except (ValueError, KeyError, TypeError):  # (another writer's metadata)
-            watermark = None
-    return _Commit(version, millis, watermark, any("metaData" in a for a in actions))
-
-
-def _states(spark: "SparkSession", path: str, keys: list[str], data: "StructType", commits: list[_Commit],
-            soft: bool, hpath: str) -> "DataFrame":
-    """Each key's state in each folded commit that touched it: (keys, data columns, _v, _live).
-    Change data for runs of plain commits; the mirror as of a snapshot commit, with the
-    history's current keys it lacks gone."""
-    frames: list[DataFrame] = []
-    run: list[_Commit] = []
-
-    def flush() -> None:
-        if run:
-            frames.append(_changes(spark, path, keys, data, run[0].version, run[-1].version, soft))
-            run.clear()
-    for c in commits:
-        if c.snapshot:
-            flush()
-            frames.append(_snapshot(spark, path, keys, data, c.version, soft, hpath))
-        else:
-            run.append(c)
-    flush()
-    out = frames[0]
-    for f in frames[1:]:
-        out = out.unionByName(f)
-    return out
-
-
-def _columns(data: "StructType", frame: "DataFrame") -> "list[Column]":
-    """`data`'s columns from `frame` (null where it lacks one: a version before it was added)."""
-    from pyspark.sql import functions as F
-
-    have = set(frame.columns)
-    return [(F.col(spark_ident(f.name)).cast(f.dataType) if f.name in have else F.lit(None).cast(f.dataType))
-            .alias(f.name) for f in data.fields]
-
-
-def _live(soft: bool, frame: "DataFrame") -> "Column":
-    from pyspark.sql import functions as F
-
-    if soft and landing.DELETED in frame.columns:
-        return ~F.coalesce(F.col(spark_ident(landing.DELETED)), F.lit(False))
-    return F.lit(True)
-
-
-def _changes(spark: "SparkSession", path: str, keys: list[str], data: "StructType", first: int, last: int,
-             soft: bool) -> "DataFrame":
-    """Keys' states from the mirror's change data feed, versions `first`-`last`: a key with an
-    inserted or post-update row in a commit is live with its values, else gone."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    feed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", first) \
-        .option("endingVersion", last).load(path).where("_change_type != 'update_preimage'")
-    live = F.when(F.col("_change_type") == "delete", F.lit(False)).otherwise(_live(soft, feed))
-    rows = feed.select(*_columns(data, feed), F.col("_commit_version").alias("_v"), live.alias("_live"))
-    first_row = Window.partitionBy(*[spark_ident(k) for k in keys], "_v").orderBy(F.col("_live").desc())
-    return rows.withColumn("_n", F.row_number().over(first_row)).where("_n = 1").drop("_n")
-
-
-def _snapshot(spark: "SparkSession", path: str, keys: list[str], data: "StructType", version: int, soft: bool,
-              hpath: str) -> "DataFrame":
-    """Keys' states as of mirror `version`: its rows, and the history's current keys it lacks, gone."""
-    from pyspark.sql import functions as F
-
-    mirror = spark.read.format("delta").option("versionAsOf", version).load(path)
-    rows = mirror.select(*_columns(data, mirror), F.lit(version).cast("long").alias("_v"), _live(soft, mirror).alias("_live"))
-    current = _current(spark, hpath, data)
-    gone = current.join(rows.select(*[spark_ident(k) for k in keys]), on=keys, how="left_anti") \
-        .withColumn("_v", F.lit(version).cast("long")).withColumn("_live", F.lit(False))
-    return rows.unionByName(gone)
-
-
 def _current(spark: "SparkSession", hpath: str, data: "StructType") -> "DataFrame":
     """The history's current rows, in the mirror's data columns."""
 
     history = spark.read.format("delta").load(hpath).where(IS_CURRENT)
-    return history.select(*_columns(data, history))
+    return history.select(*columns(data, history))
 
 
 def _comparable(data: "StructType") -> "Column":
@@ -303,7 +252,7 @@ def _comparable(data: "StructType") -> "Column":
 
 
 def _apply(spark: "SparkSession", hpath: str, keys: list[str], data: "StructType", states: "DataFrame",
-           commits: list[_Commit], newest: int, unseen: int | None) -> tuple[int, int]:
+           commits: list[Commit], newest: int, unseen: int | None) -> tuple[int, int]:
     """Turn the states into versions and merge them into the history in one commit marked with
     the mirror version `newest`: each key's first change closes its current version, each live
     change opens a version that the key's next change closes. Returns (opened, closed).
@@ -351,8 +300,6 @@ def _apply(spark: "SparkSession", hpath: str, keys: list[str], data: "StructType
         closes = events.where("_first and _had").join(times, F.col("_v") == F.col("_tv")).select(
             *ks, F.col("_v").alias(TO_VERSION), F.col("_ts").alias(VALID_TO), F.lit(True).alias("_close"))
         source = opens.unionByName(closes, allowMissingColumns=True)
-        counted = events.agg(F.count(F.when(F.col("_live"), 1)), F.count(F.when(F.col("_first") & F.col("_had"), 1)))
-        opened, closed = counted.first() or (0, 0)
         # Idempotent against the history as the MERGE reads it, should another fold (a fan-in's
         # other source) have folded some of these versions since this one read it: a close only
         # closes a current version older than the version closing it, and a version opened
@@ -380,4 +327,20 @@ def _apply(spark: "SparkSession", hpath: str, keys: list[str], data: "StructType
     finally:
         events.unpersist()
         states.unpersist()
-    return opened, closed
+    return _counted(spark, hpath, newest)
+
+
+def _counted(spark: "SparkSession", hpath: str, newest: int) -> tuple[int, int]:
+    """The versions the fold up to mirror version `newest` opened and closed, from its commit's
+    metrics (no Spark job): rows inserted, and rows updated (a version another fold had opened
+    already, which this one matched, counts as closed); (0, 0) if Delta skipped it (folded before)."""
+    top = tablelog.latest_version(spark, hpath)
+    for version in range(top, max(top - 20, -1), -1):  # (an OPTIMIZE of the history may follow it)
+        actions = tablelog.commit_actions(spark, hpath, version) or []
+        if any((a.get("txn") or {}).get("appId") == APP_ID for a in actions):
+            if not any((a.get("txn") or {}).get("version") == newest for a in actions):
+                break
+            info: dict[str, Any] = next((a["commitInfo"] for a in actions if isinstance(a.get("commitInfo"), dict)), {})
+            metrics = info.get("operationMetrics") or {}
+            return int(metrics.get("numTargetRowsInserted", 0)), int(metrics.get("numTargetRowsUpdated", 0))
+    return 0, 0

@@ -23,7 +23,7 @@ from pgcdc import faults
 from pgcdc.engines import BatchWork, Chooser, Engine
 from pgcdc.errors import TargetError
 from pgcdc.lake.landing import Landing
-from pgcdc.lake import catalog, history, shards, tablelog, target
+from pgcdc.lake import catalog, tablelog, target
 from pgcdc.lake.state import committed_batch, load_state, read_state_file, state_from_history, write_state_file
 from pgcdc.lake.target import Written
 from pgcdc.log import fields
@@ -35,7 +35,7 @@ from pgcdc.source.events import pending
 from pgcdc.source.mirror import mark_committing, mirror_state, mirrored
 from pgcdc.source.sessions import RunSource, SourceConnections, run_source
 from pgcdc.spark import storage
-from pgcdc.sync import compact, copies
+from pgcdc.sync import compact, copies, histories
 from pgcdc.sync.cut import PassCut, leave
 from pgcdc.sync.plan import (check_state, columns_changed, copy_reason, next_step, table_path,
                              with_mirror)
@@ -82,6 +82,7 @@ class Job:
         self.on_copy: Callable[[str, float, float | None], None] | None = None  # (table, done 0-1, seconds left)
         self.lanes: list[Job] = []  # Jobs beside this one applying tables at once (runs.lane_jobs), kept
         self.cut: PassCut | None = None  # the pass's cut (sync/cut.py), shared with its lanes
+        self.later: histories.Later | None = None  # the pass's fan-in histories, folded after its lanes
         storage.check_root(spark, settings.target.root)  # a remote root answers (reading only) before any table
 
     def close(self) -> None:
@@ -280,7 +281,7 @@ class Job:
             state = replace(state, columns=columns)
             write_state_file(self.spark, path, state)
         if self.settings.target.history:
-            self.follow_history(t, path)
+            histories.follow(self, t, path)
         mirror_state(primary, state, path)
         self.known[state.table_id] = (state, path)
         if engine is not None:
@@ -294,22 +295,6 @@ class Job:
         else:
             self.routine(report.line())
         return report
-
-    def follow_history(self, t: AttachedTable, path: str) -> None:
-        """Fold the Delta table's commits its history lacks into it (lake/history.py)."""
-        keys = [*t.key_columns, shards.SHARD] if t.into is not None else t.key_columns
-        name = t.target_name
-        folded = history.catch_up(self.spark, path, keys, self.landing.soft_deletes, self.settings.consumer, name)
-        if folded is not None:
-            self.say(folded.line(t.name), record="history", table=t.name, opened=folded.opened, closed=folded.closed,
-                     mirror_version=folded.last)
-            # (its small files, as the table's: one commit a run adds some)
-            self.compactor.after_batches(history.history_path(path), f"{t.name} (history)",
-                                         self.settings.ingest.compact_files)
-        database = self.settings.target.database
-        if database and (registered := catalog.register(self.spark, database, history.history_name(name),
-                                                        history.history_path(path))):
-            self.say(f"{t.name}: its history registered in the catalog as {registered}")
 
     def moved(self, path: str, state: ConsumerState, batch: events.Batch | None) -> ConsumerState:
         """The state once a batch without events (or none) is passed, also kept in the state file,

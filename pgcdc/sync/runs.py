@@ -25,7 +25,7 @@ from pgcdc.source.capture import AttachedTable
 from pgcdc.source.consumers import record_run
 from pgcdc.source.db import connect
 from pgcdc.spark.session import activate, get_session, pinned_threads, side_session
-from pgcdc.sync import copies, cut
+from pgcdc.sync import copies, cut, histories
 from pgcdc.sync.cut import PassCut
 from pgcdc.sync.departed import remove_departed
 from pgcdc.sync.idle import pass_idle
@@ -119,8 +119,9 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
         elsewhere: list[str] = []  # tables another worker of the consumer is applying
         try:
             live = [t for t in tables if t.name not in skip]
+            later = histories.Later()
             with _cut(job, primary, tables) as pass_cut:
-                job.cut = pass_cut
+                job.cut, job.later = pass_cut, later
                 for t in tables:
                     if t.name in skip and pass_cut is not None:
                         pass_cut.leave(t, "held back after failures")
@@ -132,9 +133,10 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
                                         key=lambda t: oldest.get(t.table_id, 0)))
                     _apply_in_lanes(job, primary, reader, jdbc, identity, work)
                 finally:
-                    job.cut = None
+                    job.cut, job.later = None, None
             if pass_cut is not None:
                 _record_cut(job, pass_cut, tables)
+            work.failed.update(histories.fold_later(job, later))
             reports += work.reports
             failed, elsewhere = work.failed, work.elsewhere
             if elsewhere:
@@ -305,6 +307,7 @@ def lane_jobs(job: Job, n: int) -> list[Job]:
         job.lanes.append(lane)
     for lane in job.lanes[:n]:
         lane.stopping, lane.interrupted, lane.on_copy, lane.cut = job.stopping, job.interrupted, job.on_copy, job.cut
+        lane.later = job.later
     return job.lanes[:n]
 
 

@@ -1,0 +1,70 @@
+"""When a table's history (lake/history.py) follows its Delta table: at the end of the table's
+turn in a pass, in the lane that applied it; a fan-in's once a pass, after every lane is done.
+A fan-in's sources share one Delta table and one history: folding it after each source would
+fold the same history up to once per source, seconds each, the folds taking turns."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from pgcdc.lake import catalog, history, shards
+from pgcdc.sync.report import first_line
+
+if TYPE_CHECKING:
+    from pgcdc.source.capture import AttachedTable
+    from pgcdc.sync.ingest import Job
+
+
+class Later:
+    """The fan-ins' histories a pass folds once its lanes are done, by Delta path."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.tables: dict[str, AttachedTable] = {}
+
+    def add(self, path: str, t: "AttachedTable") -> None:
+        with self.lock:
+            self.tables.setdefault(path, t)
+
+
+def follow(job: "Job", t: "AttachedTable", path: str) -> None:
+    """Bring the history of the Delta table at `path` up to it now, or, for a fan-in's source
+    in a pass (job.later), once the pass's lanes are done."""
+    if t.into is not None and job.later is not None:
+        job.later.add(path, t)
+    else:
+        fold(job, t, path)
+
+
+def fold_later(job: "Job", later: Later) -> dict[str, Exception]:
+    """Fold the pass's fan-in histories: the ones that failed, named "<table> (history)" (the
+    next run folds them: a history behind its table keeps the table off the idle path)."""
+    failed: dict[str, Exception] = {}
+    for path, t in later.tables.items():
+        try:
+            fold(job, t, path)
+        except Exception as exc:
+            name = f"{t.target_name} (history)"
+            job.say(f"{name}: FAILED: {first_line(exc)}", logging.ERROR, record="table_failed", table=name,
+                    error=first_line(exc))
+            failed[name] = exc
+    return failed
+
+
+def fold(job: "Job", t: "AttachedTable", path: str) -> None:
+    """Fold the Delta table's commits its history lacks into it."""
+    keys = [*t.key_columns, shards.SHARD] if t.into is not None else t.key_columns
+    name = t.target_name
+    folded = history.catch_up(job.spark, path, keys, job.landing.soft_deletes, job.settings.consumer, name)
+    if folded is not None:
+        job.say(folded.line(name if t.into is not None else t.name), record="history", table=t.name,
+                opened=folded.opened, closed=folded.closed, mirror_version=folded.last)
+        # (its small files, as the table's: one commit a run adds some)
+        job.compactor.after_batches(history.history_path(path), f"{t.name} (history)",
+                                    job.settings.ingest.compact_files)
+    database = job.settings.target.database
+    if database and (registered := catalog.register(job.spark, database, history.history_name(name),
+                                                    history.history_path(path))):
+        job.say(f"{t.name}: its history registered in the catalog as {registered}")
