@@ -102,9 +102,10 @@ def catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, cons
              table: str) -> Folded | None:
     """Fold every mirror commit the history lacks into it, in one history commit; None if it
     had them all. `keys`: the mirror's key columns; `soft`: rows marked deleted count as gone.
-    A fan-in's sources, applied beside each other, fold its one history: the one whose commit
-    loses to another's folds again from what that one left (a fold the other's covered
-    already is skipped by Delta: its txn version is not above the one committed)."""
+    Folds of one history in this process take turns; one in another process (a worker of the
+    consumer folding a fan-in's history) whose commit wins makes this one fold again from what
+    it left (a fold it covered already is skipped by Delta: its txn version is not above the
+    one committed)."""
     with _turns_lock:
         turn = _turns.setdefault(history_path(path), threading.Lock())
     with turn:
