@@ -197,19 +197,23 @@ def _create(spark: "SparkSession", hpath: str, path: str, data: "StructType", fi
     writer = rows.writeTo(f"delta.{spark_ident(hpath)}").using("delta")
     for k, v in _properties(schema, consumer, table).items():
         writer = writer.tableProperty(k, v)
-    confs = {"spark.databricks.delta.write.txnAppId": APP_ID,
-             "spark.databricks.delta.write.txnVersion": str(first.version),
-             "spark.databricks.delta.commitInfo.userMetadata": json.dumps({"mirror_version": first.version})}
     try:
-        with session_confs(spark, confs):
+        with session_confs(spark, _marked(first.version, None)):
             writer.create()
     except Exception:
         if tablelog.latest_version(spark, hpath) < 0:
             raise
         return None
-    actions = tablelog.commit_actions(spark, hpath, 0) or []
-    info: dict[str, Any] = next((a["commitInfo"] for a in actions if isinstance(a.get("commitInfo"), dict)), {})
-    return int((info.get("operationMetrics") or {}).get("numOutputRows", 0))
+    return int((tablelog.commit_info(spark, hpath, 0).get("operationMetrics") or {}).get("numOutputRows", 0))
+
+
+def _marked(newest: int, unseen: int | None) -> dict[str, str]:
+    """The session confs that mark a history commit as the fold up to mirror version `newest`
+    (its txn action; its metadata also names the versions from `unseen` it could not see)."""
+    meta = {"mirror_version": newest} | ({"unseen_versions": [unseen, newest - 1]}
+                                         if unseen is not None and unseen < newest else {})
+    return {"spark.databricks.delta.write.txnAppId": APP_ID, "spark.databricks.delta.write.txnVersion": str(newest),
+            "spark.databricks.delta.commitInfo.userMetadata": json.dumps(meta)}
 
 
 def _prepare(spark: "SparkSession", hpath: str, data: "StructType", consumer: str, table: str) -> None:
@@ -318,12 +322,8 @@ def _apply(spark: "SparkSession", hpath: str, keys: list[str], data: "StructType
             .whenMatchedUpdate(set={VALID_TO: f"s.{VALID_TO}", TO_VERSION: f"s.{TO_VERSION}",
                                     IS_CURRENT: f"s.{IS_CURRENT}"}) \
             .whenNotMatchedInsert(condition="not s._close", values=inserted)
-        confs = {"spark.databricks.delta.write.txnAppId": APP_ID,
-                 "spark.databricks.delta.write.txnVersion": str(newest),
-                 "spark.databricks.delta.commitInfo.userMetadata": json.dumps(
-                     {"mirror_version": newest} | ({"unseen_versions": [unseen, newest - 1]} if unseen is not None
-                                                   and unseen < newest else {}))}
-        with session_confs(spark, confs), conflicts(hpath, f"the history's fold up to version {newest}"):
+        with session_confs(spark, _marked(newest, unseen)), \
+                conflicts(hpath, f"the history's fold up to version {newest}"):
             merge.execute()
     finally:
         events.unpersist()
