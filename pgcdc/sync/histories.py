@@ -57,14 +57,14 @@ def fold(job: "Job", t: "AttachedTable", path: str) -> None:
     """Fold the Delta table's commits its history lacks into it."""
     keys = [*t.key_columns, shards.SHARD] if t.into is not None else t.key_columns
     name = t.target_name
+    label = name if t.into is not None else t.name  # (a fan-in's history is its own, not one source's)
     folded = history.catch_up(job.spark, path, keys, job.landing.soft_deletes, job.settings.consumer, name)
     if folded is not None:
-        job.say(folded.line(name if t.into is not None else t.name), record="history", table=t.name,
-                opened=folded.opened, closed=folded.closed, mirror_version=folded.last)
+        job.say(folded.line(label), record="history", table=label, opened=folded.opened, closed=folded.closed,
+                mirror_version=folded.last)
         # (its small files, as the table's: one commit a run adds some)
-        job.compactor.after_batches(history.history_path(path), f"{t.name} (history)",
-                                    job.settings.ingest.compact_files)
+        job.compactor.after_batches(history.history_path(path), f"{label} (history)", job.settings.ingest.compact_files)
     database = job.settings.target.database
     if database and (registered := catalog.register(job.spark, database, history.history_name(name),
                                                     history.history_path(path))):
-        job.say(f"{t.name}: its history registered in the catalog as {registered}")
+        job.say(f"{label}: its history registered in the catalog as {registered}")
