@@ -1,15 +1,20 @@
 """The ingest job on a Spark standalone cluster (tests/fixtures/cluster.py: a master and two
 workers on loopback) into an s3a:// target on the suite's S3 server, submitted the way a
 user submits it: `spark-submit --master spark://... $(pgcdc submit-args) --py-files
-<the wheel>`. The oracle: PostgreSQL through psycopg, the Delta table through this test's
-own Spark session (not the cluster's)."""
+<the wheel> --follow`. One application copies the table, applies the changes written while it
+follows, and stops on SIGTERM with exit 0 (one submit: each application's executors fetch
+~500 MB of jars, CI time counts). The oracle: PostgreSQL through psycopg, the Delta table
+through this test's own Spark session (not the cluster's)."""
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psycopg
@@ -21,22 +26,36 @@ from fixtures.wheel import build_wheel
 from pgcdc.source import capture
 
 
-def _submit(cluster: Cluster, cfg: Path, wheel: Path, cwd: Path) -> str:
+def _submit(cluster: Cluster, cfg: Path, wheel: Path, cwd: Path, log: Path) -> subprocess.Popen[bytes]:
+    """`spark-submit ... --follow` in its own process group, its output in `log`."""
     bin_dir = Path(sys.executable).parent
     args = subprocess.run([str(bin_dir / "pgcdc"), "--config", str(cfg), "submit-args"], cwd=cwd, capture_output=True,
                           text=True, check=True).stdout
     env = os.environ | {"PYSPARK_PYTHON": sys.executable}
-    proc = subprocess.run([str(bin_dir / "spark-submit"), "--master", cluster.master, "--py-files", str(wheel),
-                           "--conf", "spark.executor.memory=768m", *shlex.split(args), "--config", str(cfg)],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return proc.stdout + proc.stderr  # (the log is on stderr)
+    with open(log, "wb") as out:
+        return subprocess.Popen([str(bin_dir / "spark-submit"), "--master", cluster.master, "--py-files", str(wheel),
+                                 "--conf", "spark.executor.memory=768m", *shlex.split(args), "--config", str(cfg),
+                                 "--follow", "--interval", "0.5"],
+                                cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _driver(submit: subprocess.Popen[bytes]) -> int:
+    """The job's Python process in spark-submit's session (the driver's JVM starts it, naming
+    job.py too)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.getsid(int(entry.name)) == submit.pid:
+                argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+                if "python" in Path(argv[0]).name and any(arg.endswith("job.py") for arg in argv):
+                    return int(entry.name)
+        except (ProcessLookupError, FileNotFoundError, PermissionError):
+            continue
+    raise AssertionError("no job.py process in spark-submit's session")
 
 
 @pytest.mark.slow
-def test_ingest_on_a_standalone_cluster_into_s3_equals_postgres(db: psycopg.Connection, dsn: str, spark,
-                                                                spark_cluster: Cluster, s3_server: S3Server,
-                                                                tmp_path: Path) -> None:
+def test_a_follower_on_a_standalone_cluster_into_s3_equals_postgres_and_stops_on_sigterm(
+        db: psycopg.Connection, dsn: str, spark, spark_cluster: Cluster, s3_server: S3Server, tmp_path: Path) -> None:
     wheel = build_wheel(tmp_path / "dist")
     root = s3_server.root(f"cluster-{tmp_path.name}")
     conf = "\n".join(f'"{k}" = "{v}"' for k, v in s3_server.spark_conf().items())
@@ -46,20 +65,40 @@ def test_ingest_on_a_standalone_cluster_into_s3_equals_postgres(db: psycopg.Conn
     db.execute("create table t (id bigint primary key, v text, d date)")
     db.execute("insert into t select i, 'v' || i, date '2024-01-01' + i % 365 from generate_series(1, 5000) i")
     capture.attach(db, "t")
+    log = tmp_path / "submit.log"
 
-    def check() -> None:
+    def said() -> str:
+        return log.read_text(errors="replace")
+
+    def landed(what: str, timeout: float = 300) -> None:
+        """Wait until Delta holds PostgreSQL's rows (the follower keeps going meanwhile)."""
         want = set(db.execute("select id, v, d from t").fetchall())
-        got = {tuple(r) for r in spark.read.format("delta").load(f"{root}/public.t").select("id", "v", "d").collect()}
-        assert got == want
+        path = f"{root}/public.t"
+        deadline = time.monotonic() + timeout
+        while True:
+            assert submit.poll() is None, f"spark-submit exited {submit.returncode}:\n{said()[-5000:]}"
+            if "public.t" in said():  # (the table exists once the job has said anything of it)
+                got = {tuple(r) for r in spark.read.format("delta").load(path).select("id", "v", "d").collect()}
+                if got == want:
+                    return
+            assert time.monotonic() < deadline, f"{what} not in Delta after {timeout:.0f} s:\n{said()[-5000:]}"
+            time.sleep(2)
 
-    out = _submit(spark_cluster, cfg, wheel, tmp_path)
-    assert "public.t: copied 5000 rows" in out
-    check()
-    db.execute("update t set v = 'changed' where id % 7 = 0")
-    db.execute("delete from t where id % 11 = 0")
-    db.execute("insert into t select i, 'new', null from generate_series(10001, 10300) i")
-    out = _submit(spark_cluster, cfg, wheel, tmp_path)
-    assert "public.t: engine merge: the table is not on the local file system" in out
-    check()
+    submit = _submit(spark_cluster, cfg, wheel, tmp_path, log)
+    try:
+        landed("the first copy")
+        assert "public.t: copied 5000 rows" in said()
+        db.execute("update t set v = 'changed' where id % 7 = 0")
+        db.execute("delete from t where id % 11 = 0")
+        db.execute("insert into t select i, 'new', null from generate_series(10001, 10300) i")
+        landed("the changes")
+        assert re.search(r"public\.t: batch \d+ applied by merge", said()), said()[-3000:]  # (auto: S3 is not local)
+        os.kill(_driver(submit), signal.SIGTERM)
+        assert submit.wait(timeout=120) == 0, said()[-5000:]
+    finally:
+        if submit.poll() is None:
+            os.killpg(submit.pid, signal.SIGKILL)
+            submit.wait()
+    assert "follower of consumer cluster stopped (SIGTERM)" in said(), said()[-3000:]
     master = (spark_cluster.logs / "master.log").read_text()
-    assert master.count("Registered app pgcdc") >= 2 and master.count("Launching executor") >= 4  # both workers
+    assert master.count("Registered app pgcdc") == 1 and master.count("Launching executor") >= 2  # both workers
