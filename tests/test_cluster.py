@@ -73,12 +73,14 @@ def test_a_follower_on_a_standalone_cluster_into_s3_equals_postgres_and_stops_on
 
     def landed(what: str, timeout: float = 300) -> None:
         """Wait until Delta holds PostgreSQL's rows (the follower keeps going meanwhile)."""
+        from delta.tables import DeltaTable
+
         want = set(db.execute("select id, v, d from t").fetchall())
         path = f"{root}/public.t"
         deadline = time.monotonic() + timeout
         while True:
             assert submit.poll() is None, f"spark-submit exited {submit.returncode}:\n{said()[-5000:]}"
-            if "public.t" in said():  # (the table exists once the job has said anything of it)
+            if DeltaTable.isDeltaTable(spark, path):
                 got = {tuple(r) for r in spark.read.format("delta").load(path).select("id", "v", "d").collect()}
                 if got == want:
                     return
