@@ -225,3 +225,53 @@ def test_two_folds_starting_a_history_at_once_leave_it_exact_at_every_version(sp
     fault = history_faults(spark, path, ["id"], samples=10)
     assert fault is None, fault
     assert history.catch_up(spark, path, ["id"], False, "c", "app.t") is None  # (caught up)
+
+
+def test_a_key_opened_and_gone_in_one_fold_is_closed_at_a_schema_change(spark, tmp_path) -> None:
+    """One fold of a change (a key inserted) and a schema change (folded as a snapshot) without
+    that key: the version the fold's first commit opened is closed by its second."""
+    import pgcdc.lake.history as history
+    from delta.tables import DeltaTable
+
+    path = str(tmp_path / "app.t")
+    spark.range(5).selectExpr("id", "cast(id as string) as v").write.format("delta") \
+        .option("delta.enableChangeDataFeed", "true").save(path)
+    assert history.catch_up(spark, path, ["id"], False, "c", "app.t") is not None
+    DeltaTable.forPath(spark, path).alias("t").merge(spark.createDataFrame([(21, "new")], "id long, v string")
+                                                     .alias("s"), "t.id = s.id").whenNotMatchedInsertAll().execute()
+    spark.range(5).selectExpr("id", "cast(id as string) as v", "7 as note").write.format("delta") \
+        .mode("overwrite").option("overwriteSchema", "true").save(path)
+    folded = history.catch_up(spark, path, ["id"], False, "c", "app.t")
+    assert folded is not None and (folded.first, folded.last, folded.opened) == (1, 2, 6)
+    fault = history_faults(spark, path, ["id"], samples=10)
+    assert fault is None, fault
+    versions = spark.read.format("delta").load(history.history_path(path)).where("id = 21").collect()
+    assert [(v._pgcdc_from_version, v._pgcdc_to_version, v._pgcdc_is_current) for v in versions] == [(1, 2, False)]
+
+
+def test_a_history_behind_its_table_catches_up_before_a_schema_change_copies_it(db: psycopg.Connection, syncer,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run killed after the mirror's commit (`after-state-file`) leaves the history behind;
+    a column dropped before the next run: the history folds the killed run's commit before the
+    copy (Delta's change data feed cannot read a version from before a dropped column), and
+    the key that commit opened, gone since, is closed by the copy."""
+    import pgcdc.faults
+
+    _table(db)
+    syncer.run(**HISTORY)
+    db.execute("insert into app.t values (21, 21, 's21')")
+
+    def crash(name: str) -> None:
+        if name == "after-state-file":
+            raise KeyboardInterrupt("killed after the state file")
+    monkeypatch.setattr(pgcdc.faults, "failpoint", crash)
+    with pytest.raises(KeyboardInterrupt):
+        syncer.run(**HISTORY)
+    monkeypatch.undo()
+    db.execute("delete from app.t where id = 21")
+    db.execute("alter table app.t drop column s")
+    syncer.run(**HISTORY)
+    syncer.run(**HISTORY)
+    versions = check_history(syncer, samples=1_000)
+    assert [(v.s, v._pgcdc_is_current) for v in versions[21]] == [("s21", False)]
+    assert {k for k, vs in versions.items() for v in vs if v._pgcdc_is_current} == set(range(1, 21))

@@ -92,6 +92,14 @@ def folded_version(spark: "SparkSession", path: str) -> int:
     return tablelog.txn_version(spark, hpath, APP_ID) if tablelog.latest_version(spark, hpath) >= 0 else -1
 
 
+def started_behind(spark: "SparkSession", path: str) -> bool:
+    """True if the history exists and lacks some of the mirror's commits (a run killed between
+    the two): it must fold them before the mirror commits again, so that a fold never spans a
+    schema change pgcdc makes (Delta's change data feed cannot read versions from before a
+    column was dropped in the newest schema)."""
+    return 0 <= folded_version(spark, path) < tablelog.latest_version(spark, path)
+
+
 def behind(spark: "SparkSession", path: str) -> bool:
     """True if the history lacks some of the mirror's commits (a kill between the two, or history
     newly turned on)."""

@@ -48,8 +48,9 @@ def commit(spark: "SparkSession", path: str, version: int) -> Commit:
 def states(spark: "SparkSession", path: str, keys: list[str], data: "StructType", commits: list[Commit],
            soft: bool, current: "DataFrame") -> "DataFrame":
     """Each key's state in each folded commit that touched it: (keys, data columns, _v, _live).
-    Change data for runs of plain commits; the mirror as of a snapshot commit, with the
-    history's `current` rows' keys it lacks gone."""
+    Change data for runs of plain commits; the mirror as of a snapshot commit, with the keys it
+    lacks gone: those of the history's `current` rows and those the fold's earlier commits
+    touched (a key an earlier commit of this fold opened is closed by the snapshot too)."""
     frames: list[DataFrame] = []
     run: list[Commit] = []
 
@@ -60,7 +61,10 @@ def states(spark: "SparkSession", path: str, keys: list[str], data: "StructType"
     for c in commits:
         if c.snapshot:
             flush()
-            frames.append(_snapshot(spark, path, keys, data, c.version, soft, current))
+            known = current.select(*[spark_ident(k) for k in keys])
+            for f in frames:
+                known = known.unionByName(f.select(*[spark_ident(k) for k in keys]))
+            frames.append(_snapshot(spark, path, keys, data, c.version, soft, known))
         else:
             run.append(c)
     flush()
@@ -103,12 +107,14 @@ def _changes(spark: "SparkSession", path: str, keys: list[str], data: "StructTyp
 
 
 def _snapshot(spark: "SparkSession", path: str, keys: list[str], data: "StructType", version: int, soft: bool,
-              current: "DataFrame") -> "DataFrame":
-    """Keys' states as of mirror `version`: its rows, and the `current` keys it lacks, gone."""
+              known: "DataFrame") -> "DataFrame":
+    """Keys' states as of mirror `version`: its rows, and the `known` keys it lacks, gone."""
     from pyspark.sql import functions as F
 
     mirror = spark.read.format("delta").option("versionAsOf", version).load(path)
     rows = mirror.select(*columns(data, mirror), F.lit(version).cast("long").alias("_v"), live(soft, mirror).alias("_live"))
-    gone = current.join(rows.select(*[spark_ident(k) for k in keys]), on=keys, how="left_anti") \
+    gone = known.distinct().join(rows.select(*[spark_ident(k) for k in keys]), on=keys, how="left_anti")
+    gone = gone.select(*[F.col(spark_ident(k)) for k in keys],
+                       *[F.lit(None).cast(f.dataType).alias(f.name) for f in data.fields if f.name not in keys]) \
         .withColumn("_v", F.lit(version).cast("long")).withColumn("_live", F.lit(False))
     return rows.unionByName(gone)
