@@ -275,3 +275,32 @@ def test_a_history_behind_its_table_catches_up_before_a_schema_change_copies_it(
     versions = check_history(syncer, samples=1_000)
     assert [(v.s, v._pgcdc_is_current) for v in versions[21]] == [("s21", False)]
     assert {k for k, vs in versions.items() for v in vs if v._pgcdc_is_current} == set(range(1, 21))
+
+
+def test_a_column_left_out_later_leaves_the_history_too(db: psycopg.Connection, syncer) -> None:
+    """`attach --exclude-columns email` on a table synced with its history: the history is
+    rewritten without email (every version, not only the current ones), verify finds both
+    equal, and a column dropped in PostgreSQL (not left out) stays in the history as before."""
+    from pgcdc.sync.verify import verify
+
+    db.execute("create schema app; create table app.t (id int primary key, v int, s text, email text)")
+    db.execute("insert into app.t select i, i, 's' || i, 'e' || i || '@x' from generate_series(1, 20) i")
+    capture.attach(db, "app.t")
+    syncer.run(**HISTORY)
+    db.execute("update app.t set email = 'new@x' where id = 1")
+    syncer.run(**HISTORY)
+    capture.attach(db, "app.t", exclude_columns=["email"])
+    t = next(a for a in capture.list_attached(db) if a.name == "app.t")
+    before = verify(syncer.spark, db, str(syncer.root), [t], "test")[1]
+    assert not before.equal and "holds email, which app.t leaves out" in before.line(), before.line()
+    syncer.run(**HISTORY)
+    history = syncer.spark.read.format("delta").load(syncer.path("app.t") + "__history")
+    assert "email" not in history.columns and "email" not in syncer.delta("app.t").columns
+    assert history.count() == 21  # (id 1's two versions, the others' one: none lost)
+    check_history(syncer)
+    db.execute("alter table app.t drop column s")
+    syncer.run(**HISTORY)
+    assert "s" in syncer.spark.read.format("delta").load(syncer.path("app.t") + "__history").columns
+    found = verify(syncer.spark, db, str(syncer.root), [t], "test")
+    assert [c.line() for c in found] == ["app.t: Delta equals PostgreSQL (20 rows)",
+                                         "app.t (history): Delta equals PostgreSQL (20 rows)"]

@@ -43,6 +43,8 @@ from pgcdc.lake.paths import spark_ident
 from pgcdc.lake.target import OWNER, SOURCE, conflicts, map_columns_if_needed, needs_column_mapping, session_confs
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -107,9 +109,11 @@ def behind(spark: "SparkSession", path: str) -> bool:
 
 
 def catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, consumer: str,
-             table: str) -> Folded | None:
+             table: str, leaves_out: "Callable[[str], bool]" = lambda _: False) -> Folded | None:
     """Fold every mirror commit the history lacks into it, in one history commit; None if it
-    had them all. `keys`: the mirror's key columns; `soft`: rows marked deleted count as gone.
+    had them all. `keys`: the mirror's key columns; `soft`: rows marked deleted count as gone;
+    `leaves_out`: true for a column the table's column choice leaves out (docs/columns.md),
+    which the history then holds in no version.
     Folds of one history in this process take turns; one in another process (a worker of the
     consumer folding a fan-in's history) whose commit wins makes this one fold again from what
     it left (a fold it covered already is skipped by Delta: its txn version is not above the
@@ -119,7 +123,7 @@ def catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, cons
     with turn:
         for attempt in range(3):
             try:
-                return _catch_up(spark, path, keys, soft, consumer, table)
+                return _catch_up(spark, path, keys, soft, consumer, table, leaves_out)
             except ConflictError:
                 if attempt == 2:
                     raise
@@ -127,7 +131,7 @@ def catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, cons
 
 
 def _catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, consumer: str,
-              table: str) -> Folded | None:
+              table: str, leaves_out: "Callable[[str], bool]") -> Folded | None:
     hpath = history_path(path)
     newest = tablelog.latest_version(spark, path)
     done = folded_version(spark, path)
@@ -147,7 +151,7 @@ def _catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, con
         done = folded_version(spark, path)  # (another fold created it first: fold what follows)
         if done >= newest:
             return None
-    _prepare(spark, hpath, data, consumer, table)
+    _prepare(spark, hpath, data, consumer, table, leaves_out)
     if done < 0 or not feed:  # a new history starts from the mirror as it is now
         commits = [replace(commit(spark, path, newest), snapshot=True)]
     else:
@@ -224,9 +228,11 @@ def _marked(newest: int, unseen: int | None) -> dict[str, str]:
             "spark.databricks.delta.commitInfo.userMetadata": json.dumps(meta)}
 
 
-def _prepare(spark: "SparkSession", hpath: str, data: "StructType", consumer: str, table: str) -> None:
-    """Check the history is this table's, and add the mirror's new columns to it; refuse a column
-    whose type changed (the history's old versions keep the old one)."""
+def _prepare(spark: "SparkSession", hpath: str, data: "StructType", consumer: str, table: str,
+             leaves_out: "Callable[[str], bool]") -> None:
+    """Check the history is this table's, rewrite it without the columns the table now leaves
+    out, and add the mirror's new columns to it; refuse a column whose type changed (the
+    history's old versions keep the old one)."""
     from pyspark.sql.types import StructType
 
     log = tablelog.read_state(spark, hpath, need_txns=False)
@@ -238,6 +244,9 @@ def _prepare(spark: "SparkSession", hpath: str, data: "StructType", consumer: st
         raise TargetError(f"{hpath} is not the history of {table} for consumer {consumer} (it is "
                           f"{props.get(SOURCE) or 'not pgcdc'}'s of {props.get(OWNER) or 'nobody'}); move it away, or "
                           "set target.history = false")
+    if purged := [f.name for f in log.schema().fields if f.name not in NAMES and leaves_out(f.name)]:
+        _purge(spark, hpath, purged)
+        log = tablelog.read_state(spark, hpath, need_txns=False)
     have = {f.name: f.dataType for f in log.schema().fields}
     if changed := [f.name for f in data.fields if f.name in have and have[f.name] != f.dataType]:
         raise TargetError(f"{hpath}: the type of {', '.join(changed)} changed in {table}, and the history's versions "
@@ -246,6 +255,15 @@ def _prepare(spark: "SparkSession", hpath: str, data: "StructType", consumer: st
         map_columns_if_needed(spark, hpath, log, StructType(added))
         columns = ", ".join(f"{spark_ident(f.name)} {f.dataType.simpleString()}" for f in added)
         spark.sql(f"alter table delta.{spark_ident(hpath)} add columns ({columns})")
+
+
+def _purge(spark: "SparkSession", hpath: str, columns: list[str]) -> None:
+    """Rewrite the history without `columns` (a column choice made later leaves them out: their
+    values leave every version, not only the current ones; the history's older Delta versions
+    hold them until VACUUM removes their files, as the mirror's do). Its fold mark stays: a
+    Delta table keeps its txn actions across an overwrite."""
+    spark.read.format("delta").load(hpath).drop(*columns).write.format("delta").mode("overwrite") \
+        .option("overwriteSchema", "true").save(hpath)
 
 
 def _current(spark: "SparkSession", hpath: str, data: "StructType") -> "DataFrame":

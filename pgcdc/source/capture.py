@@ -73,6 +73,14 @@ class AttachedTable:
             return "every column"
         return f"{'only' if self.column_mode == 'only' else 'all but'} {', '.join(self.chosen or [])}"
 
+    def leaves_out(self, column: str) -> bool:
+        """True if the column choice leaves this column out (its values must be in no Delta table)."""
+        if self.column_mode == "except":
+            return column in (self.chosen or [])
+        if self.column_mode == "only":
+            return column not in (self.chosen or []) and column not in self.key_columns
+        return False
+
     @property
     def target_name(self) -> str:
         """The name its Delta table is known by: its own, or its fan-in's."""

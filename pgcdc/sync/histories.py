@@ -58,7 +58,8 @@ def fold(job: "Job", t: "AttachedTable", path: str) -> None:
     keys = [*t.key_columns, shards.SHARD] if t.into is not None else t.key_columns
     name = t.target_name
     label = name if t.into is not None else t.name  # (a fan-in's history is its own, not one source's)
-    folded = history.catch_up(job.spark, path, keys, job.landing.soft_deletes, job.settings.consumer, name)
+    folded = history.catch_up(job.spark, path, keys, job.landing.soft_deletes, job.settings.consumer, name,
+                              t.leaves_out)
     if folded is not None:
         job.say(folded.line(label), record="history", table=label, opened=folded.opened, closed=folded.closed,
                 mirror_version=folded.last)
