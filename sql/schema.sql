@@ -229,6 +229,11 @@ create table if not exists pgcdc.attached_schema (
     attached_at timestamptz not null default now()
 );
 
+-- What a schema attached whole leaves out of each of its tables (`attach --schema S
+-- --exclude-columns ...`): names, kept by pgcdc.attach for every table of the schema it attaches,
+-- now or later, and for columns of those names added later.
+alter table pgcdc.attached_schema add column if not exists exclude_columns text[] not null default '{}';
+
 -- A copy in chunks under way (sync/chunked.py): the progress its last chunk committed, as JSON
 -- {"chunks", "rows", "total" (estimated; 0: unknown), "started" (epoch seconds)}, for `pgcdc
 -- status`; null: no copy under way.

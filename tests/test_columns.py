@@ -178,9 +178,43 @@ def test_a_schema_attach_leaves_the_columns_out_of_every_table_that_has_them(db:
     capture.attach(db, "app.c")  # attached before: it leaves ssn out too now
     done = schemas.attach_schema(db, "app", exclude_columns=["ssn"])
     by_name = {t.name: t for t in capture.list_attached(db)}
-    assert by_name["app.a"].choice == "all but ssn" and by_name["app.b"].column_mode is None
+    assert by_name["app.a"].choice == "all but ssn" and by_name["app.b"].choice == "all but ssn"
     assert by_name["app.c"].choice == "all but ssn" and done.matched == {"ssn"}
     assert sorted(t.name for t in done.attached) == ["app.a", "app.b", "app.c"]
+
+
+def test_a_schemas_exclusion_holds_for_columns_and_tables_that_come_later(db: psycopg.Connection, syncer) -> None:
+    """`attach --schema app --exclude-columns ssn`: a table of the schema without ssn that gets
+    one later, and a table created later that `pgcdc status`'s advice (`attach --schema app`,
+    without the option) attaches, both leave ssn out; re-attaching changes no kept column, so
+    nothing is copied again."""
+    from pgcdc.sync.verify import verify
+
+    db.execute("create schema app")
+    db.execute("create table app.a (id int primary key, ssn text, v int)")
+    db.execute("create table app.b (id int primary key, v int)")
+    db.execute("insert into app.a select i, 'ssn' || i, i from generate_series(1, 10) i")
+    db.execute("insert into app.b select i, i from generate_series(1, 10) i")
+    schemas.attach_schema(db, "app", exclude_columns=["ssn"])
+    syncer.run()
+    db.execute("alter table app.b add column ssn text")
+    db.execute("update app.b set ssn = 'ssn' || id")
+    db.execute("create table app.d (id int primary key, ssn text, v int)")
+    db.execute("insert into app.d select i, 'ssn' || i, i from generate_series(1, 5) i")
+    problems = schemas.uncaptured_problems(db)
+    assert problems == ["table app.d in schema app (attached with --schema) is not captured: it came after the schema "
+                        "was attached; run `pgcdc attach --schema app` (or `pgcdc attach app.d`, which leaves out ssn "
+                        "as the schema does)"]
+    done = schemas.attach_schema(db, "app")  # (the advice, without --exclude-columns)
+    assert [t.name for t in done.attached] == ["app.d"] and sorted(done.already) == ["app.a", "app.b"]
+    assert capture.attach(db, "app.d").choice == "all but ssn"  # (a table attached alone keeps it too)
+    lines = len(syncer.lines)
+    syncer.run()
+    for table in ("app.a", "app.b", "app.d"):
+        assert "ssn" not in syncer.delta(table).columns, table
+    assert not any("copying the table again" in line for line in syncer.lines[lines:] if "app.b" not in line)
+    tables = [t for t in capture.list_attached(db)]
+    assert all(c.equal for c in verify(syncer.spark, db, str(syncer.root), tables, "test"))
 
 
 def test_cli_attach_list_and_check_show_the_choice(db: psycopg.Connection, dsn: str, tmp_path,

@@ -122,3 +122,20 @@ def test_patterns_fold_unquoted_parts_and_keep_quoted_ones() -> None:
     for bad in ("app*", '"a*b"', "a.b.c*", '"open.*', ".*"):
         with pytest.raises(ConfigError):
             pattern(bad)
+
+
+def test_a_table_dropped_while_its_schema_is_attached_is_passed_over_and_the_schema_recorded(
+        db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pgcdc.source import schemas
+
+    db.execute("create schema app; create table app.a (id int primary key); create table app.b (id int primary key)")
+    real = capture.attach
+
+    def dropped_first(conn, table, **options):
+        if table == "app.a":
+            conn.execute("drop table app.a")
+        return real(conn, table, **options)
+    monkeypatch.setattr(capture, "attach", dropped_first)
+    done = schemas.attach_schema(db, "app", exclude_columns=["ssn"])
+    assert [t.name for t in done.attached] == ["app.b"] and done.refused == [] and done.left_out == ["ssn"]
+    assert db.execute("select exclude_columns from pgcdc.attached_schema").fetchall() == [(["ssn"],)]

@@ -91,7 +91,8 @@ def _attach_schemas(args: argparse.Namespace) -> int:
                 print(f"note: no table of schema {done.schema} has column {', '.join(missing)} (check the spelling)")
             print(f"schema {done.schema}: {len(done.attached)} table(s) attached, {len(done.already)} already "
                   f"attached, {len(done.refused)} refused; a table created there later is named by `pgcdc status` "
-                  "until it is attached")
+                  "until it is attached" + (f"; {', '.join(done.left_out)} left out of every table of it, now and "
+                                            "later" if done.left_out else ""))
             refused += len(done.refused)
             attached += len(done.attached)
     if attached:

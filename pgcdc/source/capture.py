@@ -15,7 +15,7 @@ import psycopg
 
 from pgcdc.errors import SchemaError, TableError, TargetError
 
-SCHEMA_VERSION = 12  # bump with every change to sql/; install upgrades older schemas in place
+SCHEMA_VERSION = 13  # bump with every change to sql/; install upgrades older schemas in place
 LOCK_TIMEOUT = "5s"  # how long install/attach/detach wait for a lock before they give up, naming its holder
 
 
@@ -64,7 +64,9 @@ class AttachedTable:
     into: str | None = None  # a fan-in's name: the Delta table its rows land in, under `shard`
     delta_partition_by: str | None = None  # the column its Delta table is partitioned by (attach --delta-partition-by)
     column_mode: str | None = None  # "only" (attach --columns) or "except" (--exclude-columns); None: every column
-    chosen: list[str] | None = None  # the columns --columns keeps or --exclude-columns leaves out (as they are named now)
+    # the columns --columns keeps or --exclude-columns leaves out (as they are named now; with
+    # --exclude-columns, then the names the table lacks yet, which stay out if a column comes by them)
+    chosen: list[str] | None = None
 
     @property
     def choice(self) -> str:
@@ -356,6 +358,9 @@ def _attached(conn: psycopg.Connection) -> list[AttachedTable]:
         "array(select t.attname::text from pg_attribute t where t.attrelid = a.relid and t.attnum > 0 "
         "      and not t.attisdropped and (t.attnum = any(a.column_attnums) or t.attname::text = any(a.column_names)) "
         "      order by t.attnum) "
+        "|| array(select u.name from unnest(a.column_names) u(name) where a.column_mode = 'except' "  # (names to
+        "      and not exists (select 1 from pg_attribute t where t.attrelid = a.relid and t.attnum > 0 "  # come)
+        "      and not t.attisdropped and t.attname::text = u.name)) "
         "from pgcdc.attached a join pg_class c on c.oid = a.relid "
         "join pg_namespace n on n.oid = c.relnamespace order by name").fetchall()
     return [AttachedTable(*row) for row in rows]

@@ -23,6 +23,7 @@ class SchemaAttach:
     already: list[str] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)
     matched: set[str] = field(default_factory=set)  # the excluded columns some table of the schema has
+    left_out: list[str] = field(default_factory=list)  # what the schema leaves out of its tables, now and later
 
 
 def _schema_oid(conn: psycopg.Connection, schema: str) -> tuple[int, str]:
@@ -55,41 +56,64 @@ def _column_names(conn: psycopg.Connection, rel: int) -> set[str]:
 def attach_schema(conn: psycopg.Connection, schema: str, exclude_columns: list[str] | None = None) -> SchemaAttach:
     """Attach each table of `schema` not attached yet (one transaction each: a refusal undoes
     only that table), and remember the schema with the tables refused. `exclude_columns`: left
-    out of each table that has any of them (docs/columns.md)."""
+    out of every table of the schema, now and later (docs/columns.md), with what the schema
+    leaves out already: remembered first, so that pgcdc.attach keeps it for each table (a table
+    attached alone later too). A table dropped meanwhile is passed over."""
     capture.require_schema(conn)
     oid, name = _schema_oid(conn, schema)
     done = SchemaAttach(name)
+    with conn.transaction():
+        conn.execute("insert into pgcdc.attached_schema (schema_oid, exclude_columns) values (%s, %s) "
+                     "on conflict (schema_oid) do update set exclude_columns = array(select distinct c from "
+                     "unnest(pgcdc.attached_schema.exclude_columns || excluded.exclude_columns) c order by c)",
+                     (oid, sorted(set(exclude_columns or []))))
+    done.left_out = conn.execute("select exclude_columns from pgcdc.attached_schema where schema_oid = %s",
+                                 (oid,)).fetchone()[0]
+    left_out = set(done.left_out)
     attached = {t.name: t for t in capture.list_attached(conn)}
     refused: list[int] = []
     for rel, table in _tables(conn, oid):
-        present = sorted(set(exclude_columns) & _column_names(conn, rel)) if exclude_columns else []
+        present = left_out & _column_names(conn, rel)
         done.matched.update(present)
         t = attached.get(table)
         try:
             if t is None:
-                done.attached.append(capture.attach(conn, table, exclude_columns=present or None))
-            elif set(present) <= set(t.chosen or []) and t.column_mode == "except" or not present:
+                done.attached.append(capture.attach(conn, table))
+            elif t.column_mode == "except" and left_out <= set(t.chosen or []) or not left_out:
                 done.already.append(table)
-            elif t.column_mode == "only":
+            elif t.column_mode == "only" and present:
                 raise TableError(f"{table} is attached with --columns {', '.join(t.chosen or [])}: attach it on its "
                                  "own with the columns it should keep")
             else:  # attached already: it leaves these out too, its other options as they are
                 done.attached.append(capture.attach(
                     conn, table, key=t.key_columns, predicate=t.predicate, shard=t.shard, into=t.into,
-                    delta_partition_by=t.delta_partition_by, exclude_columns=sorted(set(present) | set(t.chosen or []))))
-        except TableError as exc:
+                    delta_partition_by=t.delta_partition_by,
+                    columns=t.chosen if t.column_mode == "only" else None,
+                    exclude_columns=[c for c in t.chosen or [] if c in _column_names(conn, rel)]
+                    if t.column_mode == "except" else None))
+        except (TableError, psycopg.Error) as exc:
+            if _gone(conn, rel):  # (dropped since it was listed: nothing to capture, nothing to name)
+                continue
+            if not isinstance(exc, TableError):
+                raise
             done.refused.append((table, str(exc)))
             refused.append(rel)
-    conn.execute("insert into pgcdc.attached_schema (schema_oid, refused) values (%s, %s) on conflict (schema_oid) "
-                 "do update set refused = excluded.refused, attached_at = now()", (oid, refused))
+    conn.execute("update pgcdc.attached_schema set refused = %s, attached_at = now() where schema_oid = %s",
+                 (refused, oid))
     return done
 
 
-def uncaptured(conn: psycopg.Connection) -> list[tuple[str, str]]:
-    """(table, schema) for each table of a schema attached whole that is neither attached nor
+def _gone(conn: psycopg.Connection, rel: int) -> bool:
+    """Whether the table was dropped (or moved out of the schema: attach names it not found)."""
+    return conn.execute("select to_regclass(%s::oid::regclass::text) is null", (rel,)).fetchone()[0] is not False
+
+
+def uncaptured(conn: psycopg.Connection) -> list[tuple[str, str, list[str]]]:
+    """(table, schema, the names the schema leaves out) for each table of a schema attached whole that is neither attached nor
     among the tables attach refused there: created (or moved there) since."""
     return conn.execute(
-        "select format('%I.%I', n.nspname, c.relname), format('%I', n.nspname) from pgcdc.attached_schema s "
+        "select format('%I.%I', n.nspname, c.relname), format('%I', n.nspname), s.exclude_columns "
+        "from pgcdc.attached_schema s "
         "join pg_namespace n on n.oid = s.schema_oid join pg_class c on c.relnamespace = s.schema_oid "
         "where c.relkind in ('r', 'p') and not c.relispartition and not c.oid = any(s.refused) "
         "  and not exists (select 1 from pgcdc.attached a where a.relid = c.oid) order by 1").fetchall()
@@ -98,8 +122,9 @@ def uncaptured(conn: psycopg.Connection) -> list[tuple[str, str]]:
 def uncaptured_problems(conn: psycopg.Connection) -> list[str]:
     """`uncaptured` as the lines `pgcdc status` and a run give."""
     return [f"table {table} in schema {schema} (attached with --schema) is not captured: it came after the schema "
-            f"was attached; run `pgcdc attach --schema {schema}` (or `pgcdc attach {table}`)"
-            for table, schema in uncaptured(conn)]
+            f"was attached; run `pgcdc attach --schema {schema}` (or `pgcdc attach {table}`"
+            + (f", which leaves out {', '.join(left_out)} as the schema does)" if left_out else ")")
+            for table, schema, left_out in uncaptured(conn)]
 
 
 def detach_schema(conn: psycopg.Connection, schema: str) -> list[str]:

@@ -213,7 +213,10 @@ begin
     -- each consumer's next run copies the table: ingest.py copy_reason)
     v_attnums := (select array_agg(a.attnum order by u.o) from unnest(v_cols) with ordinality u(c, o)
                     join pg_attribute a on a.attrelid = tbl and a.attname = u.c);
-    v_choice := pgcdc._choose_columns(tbl, v_attnums, columns, exclude_columns, v_pred_cols);
+    -- (a table of a schema attached whole leaves out what the schema leaves out: schemas.py)
+    v_choice := pgcdc._choose_columns(tbl, v_attnums, columns, exclude_columns, v_pred_cols,
+                                      (select s.exclude_columns from pgcdc.attached_schema s
+                                         join pg_class r on r.relnamespace = s.schema_oid where r.oid = tbl));
     if delta_partition_by is not null
        and not delta_partition_by = any(pgcdc._kept_names(tbl, v_choice.mode, v_choice.attnums, v_choice.names,
                                                           v_attnums)) then
@@ -239,8 +242,9 @@ begin
     if v_id is not null then
         perform pgcdc._forget(v_id, null);
     end if;
-    select t.members, t.delta_partition_by, true, (t.column_mode, t.column_attnums, t.column_names)
-           is distinct from (v_choice.mode, v_choice.attnums, v_choice.names)
+    select t.members, t.delta_partition_by, true,  -- (a copy only if the columns read change)
+           pgcdc._kept_names(tbl, t.column_mode, t.column_attnums, t.column_names, t.key_attnums)
+           is distinct from pgcdc._kept_names(tbl, v_choice.mode, v_choice.attnums, v_choice.names, v_attnums)
       into v_members, v_layout, v_was, v_rechosen
       from pgcdc.attached t where t.relid = tbl;
 
