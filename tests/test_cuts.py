@@ -229,7 +229,7 @@ def test_a_cut_admits_only_states_committed_before_its_snapshot_and_a_fan_in_onl
     cut.join(t1, "/lake/public.orders", at(t1, 30))
     cut.join(t2, "/lake/public.orders", at(t2, 31))
     cut.leave(b, "it failed: boom")
-    made = cut.record("c", [a, b, t1, t2])
+    made = cut.record("c", [a, b, t1, t2], [])
     assert made.tables["public.a"].version == 12
     assert made.tables["public.orders"].version == 31
     assert made.tables["public.orders"].sources == ["tenant_1.orders", "tenant_2.orders"]
@@ -239,11 +239,17 @@ def test_a_cut_admits_only_states_committed_before_its_snapshot_and_a_fan_in_onl
     partial.join(t1, "/lake/public.orders", at(t1, 40))
     partial.join(b, "/lake/public.b", at(b, None))
     partial.leave(t2, "a copy in chunks is under way")
-    later = partial.record("c", [a, t1, t2])
+    later = partial.record("c", [a, t1, t2], [])
     assert "public.orders" not in later.tables
     assert later.left_out["public.orders"] == "tenant_2.orders: a copy in chunks is under way"
     assert "public.a" in later.left_out  # (not reached)
     assert "Delta version is not known" in later.left_out["public.b"]
+    narrowed = PassCut(held, {}, 60)  # (the consumer's `tables` takes tenant_1.orders in, not tenant_2.orders)
+    narrowed.join(t1, "/lake/public.orders", at(t1, 40))
+    alone = narrowed.record("c", [t1], [t2])
+    assert "public.orders" not in alone.tables
+    assert alone.left_out == {"public.orders": "tenant_2.orders: the consumer does not take it in (its `tables` "
+                                               "setting), and it writes to this fan-in too"}
 
     root = str(tmp_path / "lake")
     cuts.write(None, root, made)
@@ -320,7 +326,7 @@ def test_a_fan_in_joins_a_cut_only_if_no_source_landed_again_between_its_sources
         cut = PassCut(Held(Snapshot(1, 2, (), False), "00000003-00000002-1"), {}, 60)
         cut.join(t1, path, s1)
         cut.join(t2, path, two)
-        return write(spark, str(syncer.root), "test", cut, [t1, t2])
+        return write(spark, str(syncer.root), "test", cut, [t1, t2], [t1, t2])
     stale = cut_of(first)  # tenant_1 as of before its later batch: that batch lies between
     assert "app.orders" not in stale.tables
     assert "applied again after this pass's snapshot" in stale.left_out["app.orders"]
@@ -363,3 +369,36 @@ def test_a_pass_lets_its_snapshot_go_once_past_cut_seconds_the_last_table_readin
             with pytest.raises(TargetError, match="could not import the pass's snapshot"):
                 with snapshots.importing(other, held):
                     pass
+
+
+def test_a_fan_in_whose_source_the_consumer_does_not_take_in_stays_out_of_its_cuts(
+        spark, db: psycopg.Connection, syncer: Syncer, dsn: str) -> None:
+    """A fan-in app.acct of tenant_1.acct and tenant_2.acct beside public.cash; the consumer's
+    `tables` takes in tenant_1.acct and public.cash; transfers between tenant_2.acct and cash.
+    The cut holds public.cash alone and names app.acct with the source it lacks; the bank's
+    total over what the cut holds never claims a consistency it lacks."""
+    db.execute("create table public.cash (id int primary key, balance bigint not null)")
+    db.execute("insert into public.cash select i, 100 from generate_series(1, 5) i")
+    capture.attach(db, "public.cash")
+    for n in (1, 2):
+        db.execute(f"create schema tenant_{n}")
+        db.execute(f"create table tenant_{n}.acct (id int primary key, balance bigint not null)")
+        db.execute(f"insert into tenant_{n}.acct select i, 100 from generate_series(1, 5) i")
+        capture.attach(db, f"tenant_{n}.acct", shard=n, into="app.acct")
+    narrowed = {"mode": "out_of_order", "tables": ["tenant_1.acct", "public.cash"]}
+    syncer.run(**narrowed)
+    for amount in (10, 20):
+        with psycopg.connect(dsn) as conn:
+            conn.execute("update tenant_2.acct set balance = balance - %s where id = 1", (amount,))
+            conn.execute("update public.cash set balance = balance + %s where id = 1", (amount,))
+        syncer.run(**narrowed)
+    for made in _cut_files(syncer.root)[1:]:
+        assert "app.acct" not in made["tables"] and "public.cash" in made["tables"]
+        assert "tenant_2.acct: the consumer does not take it in" in made["left_out"]["app.acct"]
+    both = {"mode": "out_of_order", "tables": ["tenant_1.acct", "tenant_2.acct", "public.cash"]}
+    syncer.run(**both)  # widened: tenant_2.acct's first copy (in a snapshot of its own) ...
+    assert "tenant_2.acct: copied in a snapshot of its own" in _cut_files(syncer.root)[-1]["left_out"]["app.acct"]
+    syncer.run(**both)  # ... then the fan-in joins, and the cut adds up
+    newest = _cut_files(syncer.root)[-1]
+    assert sorted(newest["tables"]) == ["app.acct", "public.cash"]
+    assert _total(spark, _at(newest)) == 15 * 100

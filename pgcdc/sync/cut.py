@@ -14,9 +14,10 @@ taken before they commit, so that holds for every commit started before the pass
 A table joins the cut when the pass brought it to S: every batch planned and read in S (or
 nothing to apply, idle tables included). It is left out, named, when it was copied in a
 snapshot of its own (a first copy, a TRUNCATE, a copy in chunks), failed, was applied by another
-worker, or was reached after `ingest.cut_seconds`. A fan-in's Delta table joins when all its
-sources do. Strict mode makes no cuts: it applies only what lies below S's txmin, and S shows
-more (docs/readers.md).
+worker, or was reached after `ingest.cut_seconds`. A fan-in's Delta table joins when every
+source attached to it does: a source the consumer's `tables` does not take in keeps it out.
+Strict mode makes no cuts: it applies only what lies below S's txmin, and S shows more
+(docs/readers.md).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ if TYPE_CHECKING:
     from pgcdc.source.capture import AttachedTable
     from pgcdc.source.snapshots import Held
     from pgcdc.watermark import ConsumerState
+
+
+NOT_TAKEN = "the consumer does not take it in (its `tables` setting), and it writes to this fan-in too"
 
 
 class PassCut:
@@ -128,19 +132,26 @@ class PassCut:
     def why_limit(self) -> str:
         return "" if self.held.limit is None else ", half the standby's max_standby_streaming_delay at most"
 
-    def record(self, consumer: str, tables: list["AttachedTable"]) -> cuts.Cut:
-        """The cut as the lake keeps it: by Delta table; a fan-in's when every source joined."""
+    def record(self, consumer: str, tables: list["AttachedTable"], outside: list["AttachedTable"]) -> cuts.Cut:
+        """The cut as the lake keeps it: by Delta table; a fan-in's when every source joined,
+        `outside` included: the fan-ins' sources the pass does not take in (the consumer's
+        `tables` leaves them out), which write to them all the same."""
         snap = self.held.snap
         by_delta: dict[str, list["AttachedTable"]] = {}
         for t in tables:
             by_delta.setdefault(t.target_name, []).append(t)
+        for t in outside:
+            if t.target_name in by_delta:
+                by_delta[t.target_name].append(t)
+        away = {t.name for t in outside}
         joined: dict[str, CutTable] = {}
         left = dict(self.left)
         for delta, sources in sorted(by_delta.items()):
             out = [t.name for t in sources if t.name not in self.joined]
             if out:
                 if delta not in left:
-                    left[delta] = "; ".join(f"{n}: {self.left.get(n, self.unreached())}" for n in out)
+                    left[delta] = "; ".join(f"{n}: {NOT_TAKEN if n in away else self.left.get(n, self.unreached())}"
+                                            for n in out)
                 continue
             entries = [self.joined[t.name] for t in sources]
             joined[delta] = CutTable(entries[0][1], max(e[2] for e in entries), sorted(t.name for t in sources))
@@ -171,16 +182,19 @@ def taken(primary: "psycopg.Connection", connect_reader: "Callable[[], psycopg.C
         yield PassCut(held, mirrors, seconds, release)
 
 
-def write(spark: "SparkSession", root: str, consumer: str, cut: PassCut, tables: list["AttachedTable"]) -> cuts.Cut:
-    """Record the pass's cut in the lake (lake/cuts.py), a fan-in's Delta table only where none
-    of its sources was committed again between their versions in the cut (fan_in_moved)."""
+def write(spark: "SparkSession", root: str, consumer: str, cut: PassCut, tables: list["AttachedTable"],
+          attached: list["AttachedTable"]) -> cuts.Cut:
+    """Record the pass's cut in the lake (lake/cuts.py), a fan-in's Delta table only where every
+    source of it that is `attached` joined (PassCut.record) and none of them was committed again
+    between their versions in the cut (fan_in_moved)."""
     for into in sorted({t.into for t in tables if t.into is not None}):
         sources = [t for t in tables if t.into == into]
         if all(t.name in cut.joined for t in sources) and (why := fan_in_moved(spark, consumer, cut, into)):
             for t in sources:
                 cut.leave(t, why)
                 del cut.joined[t.name]
-    made = cut.record(consumer, tables)
+    taken = {t.name for t in tables}
+    made = cut.record(consumer, tables, [t for t in attached if t.into is not None and t.name not in taken])
     cuts.write(spark, root, made)
     return made
 

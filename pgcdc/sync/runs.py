@@ -135,7 +135,7 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
                 finally:
                     job.cut, job.later = None, None
             if pass_cut is not None:
-                _record_cut(job, pass_cut, tables)
+                _record_cut(job, primary, pass_cut, tables)
             work.failed.update(histories.fold_later(job, later))
             reports += work.reports
             failed, elsewhere = work.failed, work.elsewhere
@@ -187,9 +187,10 @@ def _cut(job: Job, primary: psycopg.Connection, tables: list[AttachedTable]) -> 
         yield pass_cut
 
 
-def _record_cut(job: Job, pass_cut: PassCut, tables: list[AttachedTable]) -> None:
+def _record_cut(job: Job, primary: psycopg.Connection, pass_cut: PassCut, tables: list[AttachedTable]) -> None:
     """Write the pass's cut to the lake and say what it holds."""
-    made = cut.write(job.spark, job.settings.target.root, job.settings.consumer, pass_cut, tables)
+    made = cut.write(job.spark, job.settings.target.root, job.settings.consumer, pass_cut, tables,
+                     capture.list_attached(primary))
     line = f"cut {made.name}: {len(made.tables)} Delta table(s) agree as of one snapshot"
     if made.left_out:
         job.say(f"{line}; left out: " + "; ".join(f"{n}: {why}" for n, why in sorted(made.left_out.items())),
