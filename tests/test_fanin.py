@@ -161,7 +161,8 @@ def test_a_column_added_to_one_source_lands_null_for_the_others_and_a_retyped_on
     assert {(r[SHARD], r["note"]) for r in rows} == {(1, "n1"), (2, "n2"), (3, None)}
     assert {(r[SHARD], r["id"], r["amount"]) for r in rows if r["id"] == 1} >= {(3, 1, 0)}
     db.execute("alter table tenant_3.orders alter column amount type numeric(12,2)")
-    with pytest.raises(TargetError, match="column amount of tenant_3.orders is decimal"):
+    with pytest.raises(TargetError, match=r"column amount of tenant_3.orders is numeric\(12,2\), but tenant_1.orders has "
+                                          r"it as numeric\(10,2\): alter every source of app.orders alike"):
         syncer.run(tables=["tenant_3.orders"])
 
 
@@ -201,3 +202,28 @@ def test_fan_in_names_that_are_no_table_names_are_refused(db: psycopg.Connection
     with pytest.raises(TableError, match="has a column named _pgcdc_shard"):
         capture.attach(db, "tenant_2.orders", shard=2, into="app.orders")
     assert db.execute("select count(*) from pgcdc.attached").fetchone()[0] == 0
+
+
+def test_a_column_retyped_in_every_source_retypes_the_fan_ins_delta_table(db: psycopg.Connection,
+                                                                          syncer: Syncer) -> None:
+    """amount numeric(10,2) -> numeric(12,2): while some sources still have the old type the
+    altered ones are refused, naming a source that differs; once all agree, the next run retypes
+    the Delta table (every shard's rows kept meanwhile) and each source's copy lands its rows."""
+    _tenants(db, rows=10)
+    _attach(db)
+    syncer.run()
+    for n in (1, 2):
+        db.execute(f"alter table tenant_{n}.orders alter column amount type numeric(12,2)")
+    db.execute("update tenant_1.orders set amount = 1234567890.12 where id = 1")
+    db.execute("update tenant_3.orders set amount = 7 where id = 1")
+    with pytest.raises(TargetError, match="but tenant_3.orders has it as numeric"):
+        syncer.run()
+    assert any("tenant_2.orders: FAILED" in line and "tenant_3.orders has it as numeric(10,2)" in line
+               for line in syncer.lines), syncer.lines[-10:]
+    assert {r for r in _delta(syncer) if r[0] == 3} == _postgres(db, range(3, 4))
+    db.execute("alter table tenant_3.orders alter column amount type numeric(12,2)")
+    lines = len(syncer.lines)
+    syncer.run()
+    assert any("retyped amount decimal(10,2) -> decimal(12,2)" in line for line in syncer.lines[lines:])
+    assert dict(syncer.delta("app.orders").dtypes)["amount"] == "decimal(12,2)"
+    assert _delta(syncer) == _postgres(db)

@@ -13,10 +13,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pgcdc.errors import TargetError
+from pgcdc.lake.paths import spark_ident
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-    from pyspark.sql.types import StructType
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import DataType, StructType
 
 SHARD = "_pgcdc_shard"
 
@@ -77,3 +78,15 @@ def check_fits(path: str, table: str, delta: "StructType", source: "StructType")
             raise TargetError(f"column {f.name} of {table} is {f.dataType.simpleString()}, but {path} holds it as "
                               f"{have[f.name].simpleString()} for the fan-in's other sources: alter the sources "
                               "alike (every source of a fan-in has the same columns and types)")
+
+
+def retype(spark: "SparkSession", path: str, types: "dict[str, DataType]") -> None:
+    """Rewrite the fan-in's Delta table with its columns `types` names in those types, every
+    shard's rows cast (a type every source now has: sync/copies.py), in one commit; the
+    sources' states (txn actions, state files) stay as they are."""
+    from pyspark.sql import functions as F
+
+    table = spark.read.format("delta").load(path)
+    rows = table.select(*[(F.col(spark_ident(c)).cast(types[c]) if c in types else F.col(spark_ident(c))).alias(c)
+                          for c in table.columns])
+    rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").partitionBy(SHARD).save(path)

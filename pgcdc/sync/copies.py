@@ -16,11 +16,12 @@ import psycopg
 
 from pgcdc import faults
 from pgcdc.engines import CopyWork, Engine
-from pgcdc.lake import tablelog, target
+from pgcdc.errors import TargetError
+from pgcdc.lake import shards, tablelog, target
 from pgcdc.lake.state import committed_batch
-from pgcdc.source import chunks, enrich, events, partitions, snapshots
+from pgcdc.source import capture, chunks, enrich, events, partitions, snapshots
 from pgcdc.source.capture import AttachedTable
-from pgcdc.source.columns import Column
+from pgcdc.source.columns import Column, columns_of
 from pgcdc.source.mirror import mark_committing, register_table
 from pgcdc.sync.chunked import chunk_rows, copy_in_chunks
 from pgcdc.sync.plan import copy_on_driver, partition_columns, whole_copy_reason
@@ -69,6 +70,8 @@ def copy_table(job: "Job", primary: psycopg.Connection, reader: psycopg.Connecti
     size = partitions.size(reader, t.name)
     key, uncut = chunks.cut_key(reader, t, columns)
     log = tablelog.read_state(job.spark, path, need_txns=False)
+    if t.into is not None and _retyped_alike(job, reader, t, path, job.source_schema(jdbc, t, columns), log):
+        log = tablelog.read_state(job.spark, path, need_txns=False)
     if whole_copy_reason(log, t, job.target_schema(jdbc, t, columns), size, chunk_rows(job.settings.copies, size),
                          uncut) is None:
         assert key is not None
@@ -77,6 +80,33 @@ def copy_table(job: "Job", primary: psycopg.Connection, reader: psycopg.Connecti
     registered = register_table(primary, job.settings.consumer, t.table_id, path)
     return events.once_reached(reader, registered, job.settings.source.reader_role, lambda: _copy(
         job, primary, reader, jdbc, identity, t, columns, path, report, last_batch, registered, engine, size))
+
+
+def _retyped_alike(job: "Job", reader: psycopg.Connection, t: AttachedTable, path: str, source: "StructType",
+                   log: tablelog.LogState) -> bool:
+    """Retype the fan-in's Delta table where this source's columns have other types than it holds
+    and every attached source of the fan-in has the same PostgreSQL type there now (they were
+    altered alike: shards.retype); True if it did. A source that differs still is named, and this
+    source's copy refused until it is altered too (TargetError)."""
+    have = {f.name: f.dataType for f in log.schema().fields}
+    retyped = {f.name: f.dataType for f in source.fields if f.name in have and have[f.name] != f.dataType}
+    if not retyped:
+        return False
+    sources = [a.name for a in capture.list_attached(reader) if a.into == t.into]
+    found = columns_of(reader, sources)
+    mine = {c.name: c.type_sql for c in found.get(t.name) or []}
+    for other in sources:
+        for c in found.get(other) or []:
+            if c.name in retyped and c.type_sql != mine.get(c.name):
+                raise TargetError(f"column {c.name} of {t.name} is {mine.get(c.name)}, but {other} has it as "
+                                  f"{c.type_sql}: alter every source of {t.into} alike; its Delta table keeps "
+                                  f"{have[c.name].simpleString()} until they agree (the other sources sync meanwhile)")
+    what = ", ".join(f"{n} {have[n].simpleString()} -> {d.simpleString()}" for n, d in retyped.items())
+    with target.conflicts(path, f"retyping {t.into}"):
+        shards.retype(job.spark, path, retyped)
+    job.say(f"{t.into}: every source has its new column types: its Delta table retyped {what} (every shard's rows "
+            "rewritten; each source's copy follows)")
+    return True
 
 
 def _copy(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], identity: str,

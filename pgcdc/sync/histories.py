@@ -23,6 +23,16 @@ class Later:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.tables: dict[str, AttachedTable] = {}
+        self.begun: set[str] = set()  # the fan-ins a source of this pass has begun to apply
+
+    def first(self, path: str) -> bool:
+        """True for the pass's first source of the fan-in at `path` to begin: the others find
+        its history behind because of this pass's own commits, which it folds after the lanes."""
+        with self.lock:
+            if path in self.begun:
+                return False
+            self.begun.add(path)
+            return True
 
     def add(self, path: str, t: "AttachedTable") -> None:
         with self.lock:
@@ -35,6 +45,15 @@ def follow(job: "Job", t: "AttachedTable", path: str) -> None:
     if t.into is not None and job.later is not None:
         job.later.add(path, t)
     else:
+        fold(job, t, path)
+
+
+def catch_up_first(job: "Job", t: "AttachedTable", path: str) -> None:
+    """Fold what a kill left the history of the Delta table at `path` without, before the table
+    is committed to again (history.started_behind); a fan-in's, only by its pass's first source."""
+    if t.into is not None and job.later is not None and not job.later.first(path):
+        return
+    if history.started_behind(job.spark, path):
         fold(job, t, path)
 
 

@@ -23,7 +23,7 @@ from pgcdc import faults
 from pgcdc.engines import BatchWork, Chooser, Engine
 from pgcdc.errors import TargetError
 from pgcdc.lake.landing import Landing
-from pgcdc.lake import catalog, history, tablelog, target
+from pgcdc.lake import catalog, tablelog, target
 from pgcdc.lake.state import committed_batch, load_state, read_state_file, state_from_history, write_state_file
 from pgcdc.lake.target import Written
 from pgcdc.log import fields
@@ -148,8 +148,8 @@ class Job:
         key, fan_in = self.key(t), t.into is not None
         choice = self.chooser.choose(path)
         self.routine(f"{t.name}: {choice.line()}")
-        if s.target.history and history.started_behind(self.spark, path):
-            histories.fold(self, t, path)  # (before the mirror commits again)
+        if s.target.history:
+            histories.catch_up_first(self, t, path)
         now = self.fingerprint(t, columns)
         quick = read_state_file(self.spark, path, key)
         copied = quick.columns if fan_in and quick is not None else ""  # (what its rows were copied with)
