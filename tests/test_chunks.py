@@ -77,7 +77,10 @@ def test_a_first_sync_killed_half_way_resumes_from_its_last_chunk_with_writers_o
         syncer.run(copies={"chunk_rows": CHUNK})
     state = _state(syncer)
     assert state["copy"]["chunks"] == 4 and state["copy"]["rows"] == 4 * CHUNK, state
-    assert syncer.delta("public.big").count() > 0
+    # a first copy under way: readers see the rows of the key ranges its committed chunks replaced,
+    # none beyond them (docs/readers.md)
+    keys = [r.id for r in syncer.delta("public.big").select("id").collect()]
+    assert keys and max(keys) < json.loads(state["copy"]["after"]), (max(keys), state["copy"]["after"])
     syncer.lines.clear()
     syncer.run(copies={"chunk_rows": CHUNK})
     assert any("resuming its copy at" in line and "chunk 5" in line for line in syncer.lines), syncer.lines
@@ -256,3 +259,20 @@ def test_a_truncate_while_a_chunk_is_read_neither_waits_for_the_copy_nor_stalls_
     assert outcome == ["done"], outcome
     syncer.run()
     assert _delta(syncer) == _pg(db) == {("1", 1, "after")}
+
+
+def test_a_copys_row_count_with_soft_deletes_counts_the_rows_it_found(db: psycopg.Connection, syncer: Syncer) -> None:
+    """A resync in chunks keeps the rows it no longer finds, marked: its "copy done" line and
+    the run's report count the rows PostgreSQL has, not the marked ones written beside them."""
+    _table(db)
+    soft = {"target": {"deletes": "soft"}, "copies": {"chunk_rows": CHUNK}}
+    syncer.run(**soft)
+    db.execute("delete from public.big where n % 3 = 0")
+    rows = len(_pg(db))
+    lines = len(syncer.lines)
+    reports = resync(syncer.settings(**soft), ["public.big"], spark=syncer.spark, say=syncer.lines.append)
+    done = [line for line in syncer.lines[lines:] if "copy done" in line]
+    assert done and f"copy done: {rows:,} rows" in done[0], done
+    assert [r.copied for r in reports] == [rows]
+    assert syncer.delta("public.big").where("_pgcdc_deleted").count() == 2000 - rows
+    assert syncer.delta("public.big").count() == 2000  # (each row once)

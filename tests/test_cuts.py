@@ -259,6 +259,10 @@ def test_a_cut_admits_only_states_committed_before_its_snapshot_and_a_fan_in_onl
     with pytest.raises(Exception, match=r"no cut of consumer c .*holds public.x \(public.x: not a table"):
         cuts.newest(None, root, "c", ["public.x"])
     assert cuts.Cut.from_json(made.to_json()) == made
+    # a worker whose clock lags writes a newer snapshot's cut under an older time: the snapshot wins
+    lagging = cuts.Cut(**{**made.__dict__, "name": "19990101T000000000000Z-999", "snapshot": {"xmax": 999}})
+    cuts.write(None, root, lagging)
+    assert cuts.newest(None, root, "c", ["public.a"]).name == lagging.name
     # on a standby whose replay cancels a conflicting snapshot after 10 s, a cut holds it 5 s at most
     standby = PassCut(Held(Snapshot(100, 105, (), True, "0/1"), "00000003-00000002-1", limit=10), {}, 60)
     assert standby.seconds == 5 and "max_standby_streaming_delay" in standby.late()

@@ -3,8 +3,9 @@ equals PostgreSQL as of the pass's snapshot (docs/readers.md), and finding the n
 holds the tables a reader asks for.
 
 One small JSON file per pass, <root>/_pgcdc/cuts/<consumer>/<when>-<xmax>.json, written whole
-once the pass is over (a pass killed before leaves none), the newest KEPT of them kept. Names
-sort in time order. A reader needs nothing but the files: no database, no pgcdc.
+once the pass is over (a pass killed before leaves none), the newest KEPT of them kept. The
+newest is the one whose snapshot is newest (its xmax), whatever the clocks of the workers that
+wrote them say. A reader needs nothing but the files: no database, no pgcdc.
 """
 
 from __future__ import annotations
@@ -114,7 +115,15 @@ def names(spark: "SparkSession | None", root: str, consumer: str) -> list[str]:
             raise TargetError(f"{folder} is remote: reading its cuts needs a Spark session")
         fs, path = _hadoop(spark, folder)
         found = [s.getPath().getName() for s in fs.listStatus(path(folder))] if fs.exists(path(folder)) else []
-    return sorted((n[:-len(".json")] for n in found if n.endswith(".json") and not n.startswith(".")), reverse=True)
+    return sorted((n[:-len(".json")] for n in found if n.endswith(".json") and not n.startswith(".")), key=_order,
+                  reverse=True)
+
+
+def _order(name: str) -> tuple[int, str]:
+    """Where a cut named `<when>-<xmax>` stands among the consumer's: by its snapshot's xmax (the
+    database's own order: workers' clocks may disagree), then by its time."""
+    when, _, xmax = name.rpartition("-")
+    return (int(xmax) if xmax.isdigit() else -1), when
 
 
 def read(spark: "SparkSession | None", root: str, consumer: str, name: str) -> Cut:

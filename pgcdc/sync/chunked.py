@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from pgcdc import faults
-from pgcdc.lake import target
+from pgcdc.lake import landing, shards, target
+from pgcdc.lake.paths import spark_ident
+from pgcdc.lake.target import Written
 from pgcdc.source import chunks, enrich, events, partitions, snapshots
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.chunks import CutKey
@@ -134,7 +136,21 @@ def _chunk(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, 
                                       t.key_columns, job.landing)
     new = job.committed(primary, path, new, written, copied=first)
     faults.failpoint("after-chunk-commit")
-    return new, written.upserted
+    return new, found_rows(job, t, path, written, chunks.delta_where(key, chunk.lo, chunk.hi))
+
+
+def found_rows(job: "Job", t: AttachedTable, path: str, written: Written, where: str | None) -> int:
+    """The rows a copy's commit `written` found in PostgreSQL (of the key range `where`; None:
+    all). With soft deletes it also wrote the rows it no longer found, marked, so those found
+    are counted: its range's live rows at that version (Delta skips the files outside)."""
+    if not job.landing.soft_deletes:
+        return written.upserted
+    from pyspark.sql import functions as F
+
+    rows = job.spark.read.format("delta").option("versionAsOf", written.version).load(path)
+    for part in (where, None if t.fan_in_shard is None else shards.where(t.fan_in_shard)):
+        rows = rows.where(part) if part else rows
+    return rows.where(~F.col(spark_ident(landing.DELETED))).count()
 
 
 def _throttle(max_rows_per_second: int, rows: int, seconds: float) -> None:

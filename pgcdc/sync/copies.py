@@ -23,7 +23,7 @@ from pgcdc.source import capture, chunks, enrich, events, partitions, snapshots
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.columns import Column, columns_of
 from pgcdc.source.mirror import mark_committing, register_table
-from pgcdc.sync.chunked import chunk_rows, copy_in_chunks
+from pgcdc.sync.chunked import chunk_rows, copy_in_chunks, found_rows
 from pgcdc.sync.plan import copy_on_driver, partition_columns, whole_copy_reason
 from pgcdc.sync.report import TableReport
 from pgcdc.watermark import ConsumerState
@@ -140,7 +140,7 @@ def _copy(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, j
             before_commit()
             written = target.overwrite(job.spark, path, rows, state, t.key_columns, job.landing, partition_columns(t))
     state = job.committed(primary, path, state, written, copied=True)
-    report.copied = written.upserted
+    report.copied = found_rows(job, t, path, written, None)
     return state
 
 
