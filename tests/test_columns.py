@@ -210,8 +210,8 @@ def test_a_schemas_exclusion_holds_for_columns_and_tables_that_come_later(db: ps
     assert capture.attach(db, "app.d").choice == "all but ssn"  # (a table attached alone keeps it too)
     lines = len(syncer.lines)
     syncer.run()
-    for table in ("app.a", "app.b", "app.d"):
-        assert "ssn" not in syncer.delta(table).columns, table
+    assert {t: syncer.delta(t).columns for t in ("app.a", "app.b", "app.d")} == \
+        {"app.a": ["id", "v"], "app.b": ["id", "v"], "app.d": ["id", "v"]}
     assert not any("copying the table again" in line for line in syncer.lines[lines:] if "app.b" not in line)
     tables = [t for t in capture.list_attached(db)]
     assert all(c.equal for c in verify(syncer.spark, db, str(syncer.root), tables, "test"))

@@ -13,7 +13,11 @@ merge/out-of-order (911), the standby and follower ones fast/out-of-order (the f
 with two workers sharing the consumer). The standby schedule (the fast engine) and the plain one
 in out-of-order mode where a seed is re-played (scripts/compat.sh: the merge engine) also play the
 bank (fixtures/bank.py: writers keeping invariants across tables, every cut the passes record
-read at its versions and checked). The bounded schedules
+read at its versions and checked). Seeds drawing a history add a column to a table and drop
+it again between runs (fixtures/column_events.py); seeds drawing column choices attach a schema
+whole leaving a column out, which tables get and bring later; the fan-in schedule narrows the
+consumer's tables to leave a tenant out now and then (every cut holding the fan-in must hold
+every tenant). The bounded schedules
 play few ingest runs, at most one of them in a process of its own (a JVM start is ~15 s of CI
 time); soaks play more, any way. To soak:
 

@@ -105,6 +105,7 @@ begin
     select array_agg(t.attnum order by t.attnum), array_agg(t.attname::text order by t.attnum) into attnums, names
       from pg_attribute t where t.attrelid = tbl and t.attname::text = any(coalesce(columns, v_out)) and t.attnum > 0
        and not t.attisdropped;
+    attnums := coalesce(attnums, '{}');  -- (a null would make pgcdc._kept null: no column kept)
     if columns is null then  -- (the names the table lacks yet: a column of that name added later stays out)
         names := coalesce(names, '{}') || array(select c from unnest(v_out) c where not c = any(coalesce(names, '{}'))
                                                  order by c);
