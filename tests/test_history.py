@@ -304,3 +304,35 @@ def test_a_column_left_out_later_leaves_the_history_too(db: psycopg.Connection, 
     found = verify(syncer.spark, db, str(syncer.root), [t], "test")
     assert [c.line() for c in found] == ["app.t: Delta equals PostgreSQL (20 rows)",
                                          "app.t (history): Delta equals PostgreSQL (20 rows)"]
+
+
+def test_a_history_whose_creation_was_killed_is_created_by_the_next_fold(spark, tmp_path) -> None:
+    """A kill after the creation wrote its rows' files, before its commit: the next fold of a
+    table whose lease it holds clears those files and creates the history; a fan-in's (other
+    workers may be creating it) says what to do instead of tripping over them; somebody's
+    other files are never removed."""
+    import shutil
+
+    import pgcdc.lake.history as history
+    from pgcdc.errors import TargetError
+    from pgcdc.lake.target import clear_unfinished_create
+
+    path = str(tmp_path / "app.t")
+    spark.range(5).selectExpr("id", "cast(id as string) as v").write.format("delta") \
+        .option("delta.enableChangeDataFeed", "true").save(path)
+    hpath = history.history_path(path)
+    spark.range(5).write.parquet(str(tmp_path / "rows"))
+    (tmp_path / "app.t__history" / "_delta_log").mkdir(parents=True)
+    for f in (tmp_path / "rows").glob("part-*.parquet"):
+        shutil.copy(f, tmp_path / "app.t__history")
+    with pytest.raises(TargetError, match="whose creation did not finish"):
+        history.catch_up(spark, path, ["id"], False, "c", "app.t")
+    folded = history.catch_up(spark, path, ["id"], False, "c", "app.t", alone=True)
+    assert folded is not None and folded.opened == 5
+    assert spark.read.format("delta").load(hpath).count() == 5
+    other = tmp_path / "other"
+    (other / "_delta_log").mkdir(parents=True)
+    (other / "notes.txt").write_text("somebody's")
+    with pytest.raises(TargetError, match="notes.txt"):
+        clear_unfinished_create(spark, str(other))
+    assert (other / "notes.txt").exists()

@@ -40,7 +40,8 @@ from pgcdc.errors import ConflictError, TargetError
 from pgcdc.lake import landing, tablelog
 from pgcdc.lake.history_states import Commit, columns, commit, live, states
 from pgcdc.lake.paths import spark_ident
-from pgcdc.lake.target import OWNER, SOURCE, conflicts, map_columns_if_needed, needs_column_mapping, session_confs
+from pgcdc.lake.target import (OWNER, SOURCE, clear_unfinished_create, conflicts, map_columns_if_needed,
+                               needs_column_mapping, session_confs)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -109,7 +110,7 @@ def behind(spark: "SparkSession", path: str) -> bool:
 
 
 def catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, consumer: str,
-             table: str, leaves_out: "Callable[[str], bool]" = lambda _: False) -> Folded | None:
+             table: str, leaves_out: "Callable[[str], bool]" = lambda _: False, alone: bool = False) -> Folded | None:
     """Fold every mirror commit the history lacks into it, in one history commit; None if it
     had them all. `keys`: the mirror's key columns; `soft`: rows marked deleted count as gone;
     `leaves_out`: true for a column the table's column choice leaves out (docs/columns.md),
@@ -123,7 +124,7 @@ def catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, cons
     with turn:
         for attempt in range(3):
             try:
-                return _catch_up(spark, path, keys, soft, consumer, table, leaves_out)
+                return _catch_up(spark, path, keys, soft, consumer, table, leaves_out, alone)
             except ConflictError:
                 if attempt == 2:
                     raise
@@ -131,7 +132,7 @@ def catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, cons
 
 
 def _catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, consumer: str,
-              table: str, leaves_out: "Callable[[str], bool]") -> Folded | None:
+              table: str, leaves_out: "Callable[[str], bool]", alone: bool) -> Folded | None:
     hpath = history_path(path)
     newest = tablelog.latest_version(spark, path)
     done = folded_version(spark, path)
@@ -146,7 +147,7 @@ def _catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, con
     data = _data_schema(log.schema())
     if done < 0 and tablelog.latest_version(spark, hpath) < 0:
         first = commit(spark, path, newest)
-        if (opened := _create(spark, hpath, path, data, first, soft, consumer, table)) is not None:
+        if (opened := _create(spark, hpath, path, data, first, soft, consumer, table, alone)) is not None:
             return Folded(newest, newest, opened, 0)
         done = folded_version(spark, path)  # (another fold created it first: fold what follows)
         if done >= newest:
@@ -192,10 +193,11 @@ def _properties(schema: "StructType", consumer: str, table: str) -> dict[str, st
 
 
 def _create(spark: "SparkSession", hpath: str, path: str, data: "StructType", first: Commit, soft: bool,
-            consumer: str, table: str) -> int | None:
+            consumer: str, table: str, alone: bool) -> int | None:
     """Create the history holding the mirror's live rows as of `first`, each a current version
     opened by it, in one commit marked like a fold's: the rows opened, or None if another fold
-    created the history first."""
+    created the history first. `alone`: no other process may be creating it (the table's lease
+    is held: not a fan-in's), so what a killed create left is cleared first."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructField, StructType
 
@@ -209,11 +211,17 @@ def _create(spark: "SparkSession", hpath: str, path: str, data: "StructType", fi
     writer = rows.writeTo(f"delta.{spark_ident(hpath)}").using("delta")
     for k, v in _properties(schema, consumer, table).items():
         writer = writer.tableProperty(k, v)
+    if alone:  # (a create killed before its commit left files that Delta's create trips over)
+        clear_unfinished_create(spark, hpath)
     try:
         with session_confs(spark, _marked(first.version, None)):
             writer.create()
-    except Exception:
+    except Exception as exc:
         if tablelog.latest_version(spark, hpath) < 0:
+            if "ALREADY_EXISTS" in str(exc):
+                raise TargetError(f"{hpath} holds the files of a history whose creation did not finish (a kill), or "
+                                  "another's: once no run of the consumer is folding it, remove the folder; the next "
+                                  "run creates the history again") from None
             raise
         return None
     return int((tablelog.commit_info(spark, hpath, 0).get("operationMetrics") or {}).get("numOutputRows", 0))

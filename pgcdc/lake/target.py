@@ -165,22 +165,38 @@ def _table_schema(schema: "StructType", keys: list[str]) -> "StructType":
     return StructType([StructField(f.name, f.dataType, f.name not in keys) for f in schema.fields])
 
 
-def _foreign_file(fs: Any, folder: Any) -> str | None:
+def _foreign_file(fs: Any, folder: Any, rows: bool = False) -> str | None:
     """A file under `folder` (a Hadoop Path on file system `fs`) that is not a leftover of an
     unfinished create, or None.
 
     A create killed before its first commit leaves Delta's log folders (`_delta_log`,
     `_delta_log/_staged_commits`) and maybe the commit's hidden temporary file; pgcdc's own
-    folder may hold state. Anything else is somebody's data."""
+    folder may hold state; a create that writes rows (`rows`) its data files too. Anything else
+    is somebody's data."""
     if not fs.exists(folder):
         return None
     files = fs.listFiles(folder, True)
     root = fs.makeQualified(folder).toString().rstrip("/") + "/"
     while files.hasNext():
         relative = files.next().getPath().toString()[len(root):]
-        if not (relative.startswith(FOLDER + "/") or re.fullmatch(r"_delta_log/(_staged_commits/)?\.[^/]*", relative)):
+        if not (relative.startswith(FOLDER + "/") or re.fullmatch(r"_delta_log/(_staged_commits/)?\.[^/]*", relative)
+                or rows and re.fullmatch(r"\.?part-[^/]*\.parquet(\.crc)?|_SUCCESS|\._SUCCESS\.crc", relative)):
             return relative
     return None
+
+
+def clear_unfinished_create(spark: "SparkSession", path: str) -> None:
+    """Remove what a create writing its rows, killed before its first commit, left at `path` (a
+    folder without a Delta version): Delta's log folders and the rows' data files, which Delta's
+    create trips over. The caller must be the only one creating it (another's create under way
+    looks the same). TargetError naming a file that is somebody else's."""
+    folder = cls(spark, "org.apache.hadoop.fs.Path")(path)
+    fs = folder.getFileSystem(spark._jsc.hadoopConfiguration())
+    if not fs.exists(folder) or tablelog.latest_version(spark, path) >= 0:
+        return
+    if (foreign := _foreign_file(fs, folder, rows=True)) is not None:
+        raise TargetError(f"{path} holds files but is not a Delta table (e.g. {foreign}); move them away")
+    fs.delete(folder, True)
 
 
 def check_owner(spark: "SparkSession", path: str, consumer: str, table: str | None, fan_in: bool = False) -> None:

@@ -78,7 +78,7 @@ def fold(job: "Job", t: "AttachedTable", path: str) -> None:
     name = t.target_name
     label = name if t.into is not None else t.name  # (a fan-in's history is its own, not one source's)
     folded = history.catch_up(job.spark, path, keys, job.landing.soft_deletes, job.settings.consumer, name,
-                              t.leaves_out)
+                              t.leaves_out, alone=t.into is None)  # (a fan-in's: other workers may fold it)
     if folded is not None:
         job.say(folded.line(label), record="history", table=label, opened=folded.opened, closed=folded.closed,
                 mirror_version=folded.last)
