@@ -80,7 +80,7 @@ begin
 end
 $predicates$;
 
--- schema v12 added column choices (sql/functions/columns.sql): readers call pgcdc._kept and
+-- schema v12 added column choices (sql/functions/kept.sql, choose_columns.sql): readers call pgcdc._kept and
 -- pgcdc.kept_columns to learn the columns a table's sync reads, as pgcdc.grant grants
 do $columns$
 declare

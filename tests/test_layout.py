@@ -5,6 +5,7 @@ long, and no pgcdc import placed inside a function (where it could hide a cycle 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pgcdc"
@@ -51,3 +52,15 @@ def test_the_checks_find_what_they_look_for() -> None:
     """The import check is not vacuous: it finds a function-level import in a sample."""
     sample = ast.parse("def f():\n    from pgcdc.lake import target\n    import pgcdc.faults\n")
     assert [line for line, _ in _function_imports(sample)] == [2, 3]
+
+
+def test_each_sql_file_defines_one_function() -> None:
+    """PgQ's rule (GUIDE.md): sql/functions/ holds one function per file, named after it, and
+    install.txt lists every file once."""
+    folder = PACKAGE.parent / "sql" / "functions"
+    defined = {p.name: re.findall(r"^create or replace function pgcdc\.(\w+)\(", p.read_text(), re.M)
+               for p in sorted(folder.glob("*.sql"))}
+    wrong = {name: found for name, found in defined.items() if len(found) != 1 or found[0].lstrip("_") + ".sql" != name}
+    assert not wrong, f"one function per file, the file named after it: {wrong}"
+    listed = [line for line in (folder.parent / "install.txt").read_text().splitlines() if line.startswith("functions/")]
+    assert sorted(listed) == sorted(f"functions/{name}" for name in defined) and len(set(listed)) == len(listed)
