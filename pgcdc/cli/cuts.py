@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from pgcdc import errors
 from pgcdc.cli.common import print_json
 from pgcdc.cli.common import settings_of as _settings
 from pgcdc.lake import cuts
@@ -25,7 +26,7 @@ def cmd_cut(args: argparse.Namespace) -> int:
                     "tables": {n: {"path": t.path, "version": t.version, "sources": t.sources}
                                for n, t in shown.items()},
                     "left_out": cut.left_out})
-        return 0
+        return errors.OK
     print(f"cut {cut.name} of consumer {cut.consumer}, taken {cut.taken_at} (snapshot xmin {cut.snapshot['xmin']}, "
           f"xmax {cut.snapshot['xmax']}): these tables agree as of it")
     width = max(len(n) for n in shown)
@@ -35,4 +36,4 @@ def cmd_cut(args: argparse.Namespace) -> int:
     for name, why in sorted(cut.left_out.items()):
         print(f"  left out: {name}: {why}")
     print("read each table at its version (Spark: .option(\"versionAsOf\", N)); docs/readers.md")
-    return 0
+    return errors.OK

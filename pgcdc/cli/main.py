@@ -30,7 +30,7 @@ from pgcdc.lake import shards
 from pgcdc.lake.paths import check_target_root
 from pgcdc.settings import describe, masked_dsn
 from pgcdc.source import access, capture, consumers
-from pgcdc.source.db import connect
+from pgcdc.source.db import connect, server
 from pgcdc.sync.report import RACED, first_line, raced
 from pgcdc.sync.status import age, status_data, status_report, table_lines
 
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 def cmd_config(args: argparse.Namespace) -> int:
     """Print the effective settings, secrets masked."""
     print(json.dumps(describe(_settings(args)), indent=2))
-    return 0
+    return errors.OK
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -52,8 +52,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         if dsn is None:
             continue
         with connect(dsn, role=role) as conn:
-            version = conn.execute("select current_setting('server_version')").fetchone()[0]
-            standby = conn.execute("select pg_is_in_recovery()").fetchone()[0]
+            version, standby = server(conn)
             installed = capture.installed_version(conn)
             identities[role] = capture.identity(conn)
         if role == "source.replica_dsn" and not standby:
@@ -72,7 +71,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                           f"{identities['source.replica_dsn']}, the primary's {identities['source.dsn']}); "
                           "point it at a standby of the same cluster and database")
     print(f"target.root: {check_target_root(settings.target.root)}")
-    return 0
+    return errors.OK
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -82,7 +81,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if settings.source.replica_dsn is not None:
         try:
             with connect(settings.source.replica_dsn, role="source.replica_dsn") as replica:
-                if not replica.execute("select pg_is_in_recovery()").fetchone()[0]:
+                if not server(replica)[1]:
                     problems.append("source.replica_dsn is not a hot standby (it was promoted?); point it at a "
                                     "standby of source.dsn, or remove it")
         except SourceError as exc:
@@ -105,15 +104,15 @@ def cmd_consumers(args: argparse.Namespace) -> int:
         if args.action == "drop":
             if not args.name:
                 print("pgcdc: name the consumer to drop: pgcdc consumers drop NAME --yes", file=sys.stderr)
-                return 2
+                return errors.USAGE
             if not args.yes:
                 print(f"pgcdc: dropping consumer {args.name} forgets its sync state in the database (its Delta tables "
                       "stay as they are); re-run with --yes to confirm", file=sys.stderr)
-                return 2
+                return errors.USAGE
             states = consumers.drop(conn, args.name)
             print(f"dropped consumer {args.name} ({states} table state(s)); the queue no longer keeps events for it")
             print(f"next: delete its Delta tables, or run `pgcdc resync` as {args.name} to start it again from a copy")
-            return 0
+            return errors.OK
         found = consumers.list_consumers(conn)
         max_age, max_size = consumers.retention(conn)
     if args.json:
@@ -121,7 +120,7 @@ def cmd_consumers(args: argparse.Namespace) -> int:
 
         _print_json({"consumers": [asdict(c) for c in found],
                      "retention": {"max_age": max_age, "max_size": max_size}})
-        return 0
+        return errors.OK
     if not found:
         print("no consumers yet; `pgcdc ingest` registers one (settings `consumer`)")
     else:
@@ -134,7 +133,7 @@ def cmd_consumers(args: argparse.Namespace) -> int:
         print("\n".join(table_lines(rows)))
     print(f"retention limit: max age {max_age or 'none'}, max size {max_size or 'none'} "
           "(a consumer past it copies its tables again; change with `pgcdc retention`)")
-    return 0
+    return errors.OK
 
 
 def cmd_retention(args: argparse.Namespace) -> int:
@@ -146,7 +145,7 @@ def cmd_retention(args: argparse.Namespace) -> int:
     print(f"retention limit: max age {max_age or 'none'}, max size {max_size or 'none'}")
     print("past it, `pgcdc.maintain()` (each ingest runs it) marks the lagging consumer's tables; its next ingest "
           "copies them again")
-    return 0
+    return errors.OK
 
 
 def add_follow_options(p: argparse.ArgumentParser) -> None:
@@ -242,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "delta.deletedFileRetentionDuration, 7 days unless set)")
     p = add("submit-args", cmd_submit_args, "print spark-submit's arguments for the ingest job: "
             "spark-submit $(pgcdc --config F submit-args) --config F")
-    p.add_argument("--job", metavar="PATH", help="entry point to name (default: the packaged pgcdc/job.py)")
+    p.add_argument("--job", metavar="PATH", help="entry point to name (default: the packaged pgcdc/cli/job.py)")
     p = add("submit", cmd_submit, "run the ingest job through spark-submit with this environment's pyspark and "
             "Python (any directory, venv not activated); spark-submit options follow, e.g. --master spark://...")
     p.add_argument("spark_args", nargs=argparse.REMAINDER, help="options passed to spark-submit first")

@@ -26,7 +26,7 @@ def cmd_submit_args(args: argparse.Namespace) -> int:
     import shlex
 
     print(shlex.join(submit_args(_settings(args).target.root, args.job)))
-    return 0
+    return errors.OK
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -45,14 +45,14 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     reports = run(settings)
     if reports:
         print(f"ingest done for consumer {settings.consumer}: {len(reports)} table(s) in sync up to their watermark")
-    return 0
+    return errors.OK
 
 
 def cmd_resync(args: argparse.Namespace) -> int:
     """Copy tables again from scratch."""
     reports = resync(_settings(args), args.tables)
     print(f"resynced {len(reports)} table(s); later changes follow with `pgcdc ingest`")
-    return 0
+    return errors.OK
 
 
 def cmd_reset_watermark(args: argparse.Namespace) -> int:
@@ -61,7 +61,7 @@ def cmd_reset_watermark(args: argparse.Namespace) -> int:
     reports = resync(settings, settings.tables, restored=True)
     print(f"reset {len(reports)} table(s) of consumer {settings.consumer} to the database as it is now "
           "(each copied again, new watermark); continue with `pgcdc ingest`")
-    return 0
+    return errors.OK
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
@@ -71,7 +71,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
     done = compact(settings, get_session(settings.spark, target_root=settings.target.root), args.tables,
                    args.retain_hours)
     print(f"compacted {len(done)} table(s) of consumer {settings.consumer}")
-    return 0
+    return errors.OK
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -95,4 +95,4 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
 
     run_demo(Path(args.lake))
-    return 0
+    return errors.OK

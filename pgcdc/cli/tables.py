@@ -7,9 +7,10 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from pgcdc import errors
 from pgcdc.cli.common import print_json as _print_json
 from pgcdc.cli.common import source_of as _source
-from pgcdc.errors import ATTENTION, ConfigError
+from pgcdc.errors import ConfigError
 from pgcdc.lake import shards
 from pgcdc.source import capture, schemas
 from pgcdc.sync.status import table_lines
@@ -30,21 +31,21 @@ def cmd_install(args: argparse.Namespace) -> int:
     else:
         print(f"upgraded pgcdc schema in database {db} from version {previous} to {version}")
     print("next: pgcdc attach SCHEMA.TABLE")
-    return 0
+    return errors.OK
 
 
 def cmd_uninstall(args: argparse.Namespace) -> int:
     """Detach every table and drop the pgcdc schema."""
     if not args.yes:
         print("pgcdc: uninstall drops the pgcdc schema and its queue; re-run with --yes to confirm", file=sys.stderr)
-        return 2
+        return errors.USAGE
     with _source(args) as conn:
         detached = capture.uninstall(conn)
         db = conn.info.dbname
     for name in detached:
         print(f"detached {name}")
     print(f"pgcdc removed from database {db}")
-    return 0
+    return errors.OK
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
@@ -68,7 +69,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     if t.into is not None:
         print(f"its rows land in {t.into} with {shards.SHARD} = {t.shard}, beside that fan-in's other sources")
     print("next: run `pgcdc ingest` (its first run copies the table's existing rows)")
-    return 0
+    return errors.OK
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -100,8 +101,8 @@ def _attach_schemas(args: argparse.Namespace) -> int:
     if refused:
         print(f"{refused} table(s) were refused: fix what each line says (or leave them out) and run "
               "`pgcdc attach --schema` again")
-        return ATTENTION
-    return 0
+        return errors.ATTENTION
+    return errors.OK
 
 
 def cmd_grant(args: argparse.Namespace) -> int:
@@ -115,7 +116,7 @@ def cmd_grant(args: argparse.Namespace) -> int:
           "tables attached later are granted to readers by attach")
     if kind == "reader":
         print(f"note: a table with row-level security needs `ALTER ROLE {args.role} BYPASSRLS` (a superuser's step)")
-    return 0
+    return errors.OK
 
 
 def cmd_detach(args: argparse.Namespace) -> int:
@@ -129,7 +130,7 @@ def cmd_detach(args: argparse.Namespace) -> int:
                     print(f"detached {name}")
                 print(f"schema {schema}: its tables' changes are no longer captured and new tables there are not "
                       "watched (their Delta tables stay as they are)")
-            return 0
+            return errors.OK
         name = capture.resolve_table(conn, args.table)
         into = next((t for t in capture.list_attached(conn) if t.name == name and t.into is not None), None)
         done = capture.detach(conn, args.table, keep_rows=args.keep_rows)
@@ -141,7 +142,7 @@ def cmd_detach(args: argparse.Namespace) -> int:
               f"({shards.SHARD} = {into.shard}) {rows}")
     else:
         print(f"detached {name}; its changes are no longer captured (its Delta tables stay as they are)")
-    return 0
+    return errors.OK
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -154,12 +155,12 @@ def cmd_list(args: argparse.Namespace) -> int:
                       "columns": t.chosen if t.column_mode == "only" else None,
                       "exclude_columns": t.chosen if t.column_mode == "except" else None}
                      for t in tables])
-        return 0
+        return errors.OK
     if not tables:
         print("no tables attached; run `pgcdc attach SCHEMA.TABLE`")
-        return 0
+        return errors.OK
     rows = [("table", "key", "columns", "where", "shard", "into")]
     rows += [(t.name, ", ".join(t.key_columns), t.choice if t.column_mode else "all", t.predicate or "",
               "" if t.shard is None else str(t.shard), t.into or "") for t in tables]
     print("\n".join(table_lines(rows)))
-    return 0
+    return errors.OK

@@ -59,6 +59,12 @@ def connect(dsn: SecretStr | str, *, role: str = "source.dsn", autocommit: bool 
                           "check host, port, user and password", transient=is_transient(reason)) from None
 
 
+def server(conn: psycopg.Connection) -> tuple[str, bool]:
+    """The server's version and whether it is a hot standby (in recovery)."""
+    version, standby = conn.execute("select current_setting('server_version'), pg_is_in_recovery()").fetchone()
+    return str(version), bool(standby)
+
+
 # libpq's words for a server that may answer later (down, restarting, unreachable for now)
 _TRANSIENT = ("connection refused", "timeout expired", "could not connect", "server closed the connection",
               "the database system is starting up", "the database system is shutting down",

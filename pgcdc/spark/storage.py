@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 # Fail within seconds, not minutes, when the endpoint does not answer (S3A retries ~20 times
 # by default); buffer uploads in memory (S3A's default, disk, takes Hadoop's checksummed local
-# file system, which pgcdc swaps for the raw one: LOCAL_FILES_CONF in pgcdc/spark.py).
+# file system, which pgcdc swaps for the raw one: LOCAL_FILES_CONF in pgcdc/spark/session.py).
 # [spark] conf overrides these.
 S3A_DEFAULTS = {
     "spark.hadoop.fs.s3a.fast.upload.buffer": "bytebuffer",

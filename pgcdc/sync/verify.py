@@ -1,7 +1,7 @@
 """`pgcdc verify`: compare each Delta table with its PostgreSQL table, independently of the sync.
 
 Both sides are brought to one canonical text per value by code of this module's own, not
-by the sync's reading (pgcdc/columns.py): PostgreSQL's side by SQL from each value, keyed by
+by the sync's reading (pgcdc/source/columns.py): PostgreSQL's side by SQL from each value, keyed by
 its PostgreSQL type and following docs/types.md; Delta's side by Spark SQL, keyed by the
 Delta type. A mapping that changed values on the way (a date moved, an infinity turned into
 a plausible date) shows as a difference. Rows are hashed into buckets by key on both sides;

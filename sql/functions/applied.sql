@@ -1,5 +1,5 @@
 -- pgcdc._applied(txid, out_of_order): whether txid lies in a consumer's out-of-order set (its
--- text form "a-b,c": inclusive ranges and single txids, pgcdc/state.py TxidSet).
+-- text form "a-b,c": inclusive ranges and single txids, pgcdc/watermark.py TxidSet).
 create or replace function pgcdc._applied(txid xid8, out_of_order text)
 returns boolean
 language sql

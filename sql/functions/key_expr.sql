@@ -1,7 +1,7 @@
 -- pgcdc._key_expr(cols, rel): the SQL expression that turns a row's key columns into the
 -- queue's text form: the value's text for one-column keys, a text[] literal of the
 -- values for composite keys. Used by _generate_capture; the ingest job decodes it
--- (pgcdc/enrich.py).
+-- (pgcdc/source/enrich.py).
 -- The text comes from each type's output function through format('%s'), never from a cast:
 -- casts are not looked up through search_path, so a table owner could add a cast from a
 -- type of its own to text and have capture run it (docs/security.md). The capture function

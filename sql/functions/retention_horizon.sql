@@ -1,7 +1,7 @@
 -- pgcdc.retention_horizon(): the txid below which no consumer needs queue events any more:
 -- the lowest watermark over every consumer's attached tables (for a table marked for a resync,
 -- where its pending copy registered, if it did: copy_from). A table no consumer has
--- registered yet pins nothing: a consumer registers it (pgcdc/state.py register_table)
+-- registered yet pins nothing: a consumer registers it (pgcdc/source/mirror.py register_table)
 -- before the snapshot its first copy reads. Without any consumer it is the snapshot's
 -- xmin (events of ended transactions only). Null when a watermark lies beyond the next
 -- txid, which no real watermark can: the state came from another cluster (a restore) and
