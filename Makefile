@@ -15,8 +15,7 @@ test: setup
 
 lint: setup
 	.venv/bin/ruff check pgcdc tests bench jobs
-	.venv/bin/mypy pgcdc
-	.venv/bin/mypy --strict --follow-imports=silent pgcdc/engines pgcdc/lake/tablelog.py
+	.venv/bin/mypy pgcdc  # strict (pyproject.toml [tool.mypy])
 	.venv/bin/lint-imports  # the layering (pyproject.toml [tool.importlinter], docs/architecture.md)
 
 compat: setup

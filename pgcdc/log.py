@@ -65,7 +65,7 @@ class _Redact(logging.Filter):
 class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
     """Writes to whatever sys.stderr is at the time of the record (it may be replaced later)."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stderr
 

@@ -277,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         log.setup(args.log_level, args.log_format)
-        return args.func(args)
+        return int(args.func(args))
     except PgcdcError as exc:
         print(f"pgcdc: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -56,5 +56,5 @@ def _location(spark: "SparkSession", name: str) -> str:
 def _qualified(spark: "SparkSession", path: str) -> str:
     """`path` as the catalog writes a location (a local path as file:/...)."""
     hpath = spark._jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
-    fs = hpath.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[union-attr]
+    fs = hpath.getFileSystem(spark._jsc.hadoopConfiguration())
     return str(fs.makeQualified(hpath).toString())

@@ -21,7 +21,7 @@ import os
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pgcdc.errors import TargetError
 from pgcdc.lake.paths import FOLDER, local_folder
@@ -50,7 +50,8 @@ def _local_file(path: str, key: str) -> Path | None:
     return folder / FOLDER / f"{key}.json" if folder is not None else None
 
 
-def _state_file(spark: "SparkSession", path: str, key: str):
+def _state_file(spark: "SparkSession", path: str, key: str) -> tuple[Any, Any]:
+    """The state file's Hadoop path and its file system (JVM objects)."""
     file = cls(spark, "org.apache.hadoop.fs.Path")(f"{path.rstrip('/')}/{FOLDER}/{key}.json")
     return file, file.getFileSystem(spark._jsc.hadoopConfiguration())
 

@@ -181,7 +181,7 @@ def _foreign_file(fs: Any, folder: Any, rows: bool = False) -> str | None:
         relative = files.next().getPath().toString()[len(root):]
         if not (relative.startswith(FOLDER + "/") or re.fullmatch(r"_delta_log/(_staged_commits/)?\.[^/]*", relative)
                 or rows and re.fullmatch(r"\.?part-[^/]*\.parquet(\.crc)?|_SUCCESS|\._SUCCESS\.crc", relative)):
-            return relative
+            return str(relative)
     return None
 
 

@@ -144,8 +144,8 @@ def identity(conn: psycopg.Connection) -> str:
     into another cluster changes the first (txids restart), a dump restored into a new
     database of the same cluster the second; a hot standby shares its primary's."""
     try:
-        return conn.execute("select format('%s/%s', c.system_identifier, d.oid) from pg_control_system() c, "
-                            "pg_database d where d.datname = current_database()").fetchone()[0]
+        return str(conn.execute("select format('%s/%s', c.system_identifier, d.oid) from pg_control_system() c, "
+                                "pg_database d where d.datname = current_database()").fetchone()[0])
     except psycopg.errors.InsufficientPrivilege:
         raise TargetError("the source role may not call pg_control_system(); grant it: GRANT pg_monitor TO <role> "
                           "(or GRANT EXECUTE ON FUNCTION pg_control_system() TO <role>)") from None
@@ -275,8 +275,8 @@ def resolve_table(conn: psycopg.Connection, name: str) -> str:
     if row[0] is None:
         raise TableError(f"table {name} not found in database {conn.info.dbname}; "
                          'check the name (schema.table; quote mixed case as "Name")')
-    return conn.execute("select format('%%I.%%I', n.nspname, c.relname) from pg_class c "
-                        "join pg_namespace n on n.oid = c.relnamespace where c.oid = %s", (row[0],)).fetchone()[0]
+    return str(conn.execute("select format('%%I.%%I', n.nspname, c.relname) from pg_class c "
+                            "join pg_namespace n on n.oid = c.relnamespace where c.oid = %s", (row[0],)).fetchone()[0])
 
 
 def _table_error(exc: psycopg.Error) -> TableError:
@@ -379,8 +379,8 @@ def ddl_guard(conn: psycopg.Connection) -> bool:
     """Whether the event triggers that keep capture working through DDL (pgcdc_ddl, and
     pgcdc_rewrite for rewrites that change values) are installed and enabled; a pgcdc_ddl of
     schema v8 (ALTER TABLE alone: partitions created later go unseen) does not count."""
-    return conn.execute("select count(*) from pg_event_trigger where evtenabled <> 'D' and (evtname = "
-                        "'pgcdc_rewrite' or evtname = 'pgcdc_ddl' and 'CREATE TABLE' = any(evttags))").fetchone()[0] == 2
+    return bool(conn.execute("select count(*) from pg_event_trigger where evtenabled <> 'D' and (evtname = 'pgcdc_"
+                             "rewrite' or evtname = 'pgcdc_ddl' and 'CREATE TABLE' = any(evttags))").fetchone()[0] == 2)
 
 
 def queue_size(conn: psycopg.Connection) -> tuple[int, int]:

@@ -107,8 +107,8 @@ def release(conn: psycopg.Connection, name: str) -> None:
 
 def is_running(conn: psycopg.Connection, name: str) -> bool:
     """Whether an ingest of the consumer holds its lease now (from another session)."""
-    return conn.execute("select pgcdc.consumer_holder(%s) is not null and exists (select 1 from pgcdc.consumer "
-                        "where name = %s and lock_pid <> pg_backend_pid())", (name, name)).fetchone()[0]
+    return bool(conn.execute("select pgcdc.consumer_holder(%s) is not null and exists (select 1 from pgcdc.consumer "
+                             "where name = %s and lock_pid <> pg_backend_pid())", (name, name)).fetchone()[0])
 
 
 def list_consumers(conn: psycopg.Connection) -> list[ConsumerInfo]:
