@@ -5,7 +5,7 @@
 Loads --rows rows (bigint key, int, text, numeric, timestamptz, date), syncs them with
 `pgcdc ingest`, then times side by side in one run:
 
-- verify (pgcdc/sync/verify.py): canonical text per value on each side, hashes per key bucket,
+- verify (pgcdc/checks/verify.py): canonical text per value on each side, hashes per key bucket,
   rows compared only in buckets that differ; once with the tables equal, once with
   --differ rows changed in PostgreSQL behind the sync's back (capture disabled);
 - the row-by-row comparison pgcdc verify used before: the whole table read over JDBC with
@@ -21,7 +21,8 @@ import psycopg
 
 from bench.common import throwaway
 from pgcdc.source import capture, enrich
-from pgcdc.sync import ingest, verify
+from pgcdc.checks import verify
+from pgcdc.sync import ingest
 from pgcdc.source.columns import table_columns
 from pgcdc.lake.paths import target_path
 from pgcdc.source.db import jdbc_options

@@ -59,7 +59,7 @@ class TxidSet:
 
 @dataclass(frozen=True)
 class CopyProgress:
-    """A copy in chunks that has not ended (sync/chunked.py): where its next chunk starts (`after`:
+    """A copy in chunks that has not ended (sync/chunked_copy.py): where its next chunk starts (`after`:
     the JSON of the first key not copied yet, null before the first chunk), how far it got,
     the rows the table was estimated to hold (0: unknown) and when it began (epoch seconds)."""
 

@@ -234,7 +234,7 @@ create table if not exists pgcdc.attached_schema (
 -- now or later, and for columns of those names added later.
 alter table pgcdc.attached_schema add column if not exists exclude_columns text[] not null default '{}';
 
--- A copy in chunks under way (sync/chunked.py): the progress its last chunk committed, as JSON
+-- A copy in chunks under way (sync/chunked_copy.py): the progress its last chunk committed, as JSON
 -- {"chunks", "rows", "total" (estimated; 0: unknown), "started" (epoch seconds)}, for `pgcdc
 -- status`; null: no copy under way.
 alter table pgcdc.consumer_state add column if not exists copy_progress jsonb;

@@ -18,7 +18,7 @@ import pgcdc.faults
 from fixtures.ingest import Syncer
 from pgcdc.source import capture
 from pgcdc.sync.runs import resync
-from pgcdc.sync.status import status_data, status_report
+from pgcdc.checks.status import status_data, status_report
 
 CHUNK = 300
 
@@ -162,7 +162,7 @@ def test_a_key_whose_order_spark_does_not_share_is_copied_in_one_snapshot(
 
 def test_max_rows_per_second_waits_between_chunks(db: psycopg.Connection, syncer: Syncer,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from pgcdc.sync import chunked
+    from pgcdc.sync import chunked_copy as chunked
 
     _table(db, rows=1000)
     waits: list[float] = []

@@ -54,8 +54,8 @@ def test_a_left_out_column_never_reaches_delta_nor_any_statement(db: psycopg.Con
     the reader: the left-out columns are not in Delta, the reader cannot select them, and the
     server's log of the reader's statements never names them (it names the table's other
     columns, so the check can fail)."""
-    from pgcdc.sync import verify as verify_mod
-    from pgcdc.sync.status import status_report
+    from pgcdc.checks import verify as verify_mod
+    from pgcdc.checks.status import status_report
 
     db.execute("create schema app")
     db.execute(f"create table app.people (id int primary key, name text, {SECRET} text, notes text, v int)")
@@ -188,7 +188,7 @@ def test_a_schemas_exclusion_holds_for_columns_and_tables_that_come_later(db: ps
     one later, and a table created later that `pgcdc status`'s advice (`attach --schema app`,
     without the option) attaches, both leave ssn out; re-attaching changes no kept column, so
     nothing is copied again."""
-    from pgcdc.sync.verify import verify
+    from pgcdc.checks.verify import verify
 
     db.execute("create schema app")
     db.execute("create table app.a (id int primary key, ssn text, v int)")

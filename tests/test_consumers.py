@@ -12,7 +12,7 @@ import pytest
 from pgcdc.source import capture, consumers
 from pgcdc.cli.main import main
 from pgcdc.errors import BusyError, TableError, TargetError
-from pgcdc.sync.status import status_report
+from pgcdc.checks.status import status_report
 from fixtures.ingest import Syncer
 
 

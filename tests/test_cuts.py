@@ -1,4 +1,4 @@
-"""Passes as consistent cuts (sync/cut.py, docs/readers.md), against real PostgreSQL, Spark and
+"""Passes as consistent cuts (sync/pass_cut.py, docs/readers.md), against real PostgreSQL, Spark and
 Delta: after a pass, its tables read at the versions its cut names agree with each other as of
 one snapshot of the database, even when a transaction commits between two tables' batches.
 
@@ -203,13 +203,13 @@ def _table(table_id: int, name: str, into: str | None = None) -> Any:
 
 
 def test_a_cut_admits_only_states_committed_before_its_snapshot_and_a_fan_in_only_whole(tmp_path: Path) -> None:
-    """Units of sync/cut.py and lake/cuts.py (no Spark): a state another worker committed after the
+    """Units of sync/pass_cut.py and lake/cuts.py (no Spark): a state another worker committed after the
     snapshot (a batch the pre-snapshot mirror did not show, nor a commit under way) is refused; a
     fan-in's Delta table is in the cut only with all its sources, at the newest of their versions;
     `newest` gives the newest cut holding what is asked for."""
     from pgcdc.source.events import Snapshot
     from pgcdc.source.snapshots import Held
-    from pgcdc.sync.cut import PassCut
+    from pgcdc.sync.pass_cut import PassCut
     from pgcdc.watermark import ConsumerState
 
     held = Held(Snapshot(100, 105, (101,), False), "00000003-00000002-1")
@@ -305,7 +305,7 @@ def test_a_fan_in_joins_a_cut_only_if_no_source_landed_again_between_its_sources
     from pgcdc.lake.state import load_state, state_from_history
     from pgcdc.source.events import Snapshot
     from pgcdc.source.snapshots import Held
-    from pgcdc.sync.cut import PassCut, write
+    from pgcdc.sync.pass_cut import PassCut, write
 
     for n in (1, 2):
         db.execute(f"create schema tenant_{n}")
@@ -348,7 +348,7 @@ def test_a_pass_lets_its_snapshot_go_once_past_cut_seconds_the_last_table_readin
     from pgcdc.errors import TargetError
     from pgcdc.source import snapshots
     from pgcdc.source.db import connect
-    from pgcdc.sync.cut import PassCut
+    from pgcdc.sync.pass_cut import PassCut
 
     with snapshots.hold(lambda: connect(dsn, reader=True)) as (held, release):
         released: list[int] = []

@@ -7,7 +7,7 @@ import psycopg
 import pytest
 
 from pgcdc.source import capture
-from pgcdc.sync.status import status_report
+from pgcdc.checks.status import status_report
 from fixtures.ingest import Syncer
 
 

@@ -14,8 +14,8 @@ from pgcdc.lake import shards, tablelog
 from pgcdc.source import capture
 from pgcdc.sync import plan
 from pgcdc.sync.runs import resync
-from pgcdc.sync.status import status_report
-from pgcdc.sync.verify import verify
+from pgcdc.checks.status import status_report
+from pgcdc.checks.verify import verify
 
 TENANTS = 3
 SHARD = "_pgcdc_shard"

@@ -177,7 +177,7 @@ def test_history_on_for_a_table_already_synced_starts_from_it_and_either_engine_
 def test_verify_compares_the_historys_current_rows_too_and_compact_compacts_it(db: psycopg.Connection,
                                                                                syncer) -> None:
     from pgcdc.sync.compact import compact
-    from pgcdc.sync.verify import verify
+    from pgcdc.checks.verify import verify
 
     _table(db)
     syncer.run(**HISTORY)
@@ -281,7 +281,7 @@ def test_a_column_left_out_later_leaves_the_history_too(db: psycopg.Connection, 
     """`attach --exclude-columns email` on a table synced with its history: the history is
     rewritten without email (every version, not only the current ones), verify finds both
     equal, and a column dropped in PostgreSQL (not left out) stays in the history as before."""
-    from pgcdc.sync.verify import verify
+    from pgcdc.checks.verify import verify
 
     db.execute("create schema app; create table app.t (id int primary key, v int, s text, email text)")
     db.execute("insert into app.t select i, i, 's' || i, 'e' || i || '@x' from generate_series(1, 20) i")

@@ -321,7 +321,7 @@ def test_one_tables_failure_never_holds_the_others_back(db: psycopg.Connection, 
     """A value no Delta type holds (a two-dimensional array, docs/types.md) fails its table
     only: the table after it is synced, the run exits with an error naming the table and
     column, status says so."""
-    from pgcdc.sync.status import status_report
+    from pgcdc.checks.status import status_report
 
     db.execute("create table a_bad (id int primary key, v int[])")
     db.execute("create table b_good (id int primary key, v text)")

@@ -97,7 +97,7 @@ def test_a_copy_in_chunks_keeps_the_marked_rows_and_marks_those_it_no_longer_fin
 def test_switching_to_soft_deletes_copies_the_table_and_verify_compares_live_rows(db: psycopg.Connection,
                                                                                    syncer) -> None:
     from pgcdc.source.db import connect
-    from pgcdc.sync import verify as verify_mod
+    from pgcdc.checks import verify as verify_mod
 
     db.execute("create schema app; create table app.t (id int primary key, v int, s text)")
     db.execute("insert into app.t select i, i, 's' || i from generate_series(1, 30) i")

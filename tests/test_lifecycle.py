@@ -14,7 +14,7 @@ import pytest
 
 from pgcdc.source import capture
 from pgcdc.errors import TableError, TargetError
-from pgcdc.sync.status import status_report
+from pgcdc.checks.status import status_report
 
 
 def _delta_rows(syncer, table: str, columns: str) -> list[tuple]:
@@ -104,7 +104,7 @@ def test_dropping_an_attached_table_releases_the_queue(db: psycopg.Connection, s
 def test_verify_reports_and_never_crashes(db: psycopg.Connection, syncer) -> None:
     """verify crashed on a duplicated Delta row, on bigint keys at both ends of the range, and
     after a key rename where no event trigger saw it; each is now a difference, naming the key."""
-    from pgcdc.sync.verify import verify
+    from pgcdc.checks.verify import verify
 
     db.execute("create table t (id bigint primary key, v text)")
     db.execute("insert into t values (-9223372036854775808, 'low'), (0, 'mid'), (9223372036854775807, 'high')")
@@ -129,7 +129,7 @@ def test_each_verify_outcome_names_its_own_next_step(db: psycopg.Connection, syn
     """What a difference means depends on why, and verify says what to do about each: changes
     not synced yet, another writer's change, a table attached again, a table no reader can read
     (never a stack trace)."""
-    from pgcdc.sync.verify import verify
+    from pgcdc.checks.verify import verify
 
     db.execute("create table t (id int primary key, v text)")
     db.execute("insert into t select i, 'a' from generate_series(1, 10) i")

@@ -12,7 +12,7 @@ import pytest
 from fixtures.ingest import Syncer, disable_event_triggers
 from pgcdc.errors import TableError
 from pgcdc.source import capture
-from pgcdc.sync.status import status_data
+from pgcdc.checks.status import status_data
 
 TREE = """
 create table pay (id bigint, d date, v text, primary key (id, d)) partition by range (d);

@@ -16,7 +16,7 @@ from pgcdc.cli.main import main
 from pgcdc.errors import ConfigError, TableError
 from pgcdc.source import capture
 from pgcdc.source.selection import pattern
-from pgcdc.sync.status import status_data
+from pgcdc.checks.status import status_data
 
 
 def _config(tmp_path: Path, dsn: str, consumer: str = "default", tables: list[str] | None = None) -> Path:

@@ -20,7 +20,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgcdc.source import capture, consumers
 from pgcdc.errors import BusyError, SchemaError, TableError
-from pgcdc.sync.status import status_report
+from pgcdc.checks.status import status_report
 
 PASSWORD = "s3cret-Pw"
 
@@ -328,7 +328,7 @@ def test_a_reader_made_by_pgcdc_grant_runs_ingest_status_and_verify(db: psycopg.
                                                                      syncer, tmp_path) -> None:
     """The least-privilege reader: no superuser, no TRUNCATE, no DDL; the whole run works, and
     tables attached after the grant are granted by attach."""
-    from pgcdc.sync import verify as verify_mod
+    from pgcdc.checks import verify as verify_mod
     from pgcdc.source.db import connect
 
     _app_table(db, roles, "create table app.t (id int primary key, v text)")

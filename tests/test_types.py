@@ -292,7 +292,7 @@ def test_verify_agrees_with_the_type_table_and_sees_a_value_changed_on_the_way(d
     """verify reads both sides with code of its own (not the sync's mapping): every type
     lands equal; a Delta value moved to a plausible one (infinity as 9999-12-31, a date a
     day off, a float's last bit) is DIFFERENT, naming the row."""
-    from pgcdc.sync import verify
+    from pgcdc.checks import verify
     from pgcdc.sync.ingest import Job
     from pgcdc.sync.runs import resync_tables
 
@@ -319,7 +319,7 @@ def test_verify_agrees_with_the_type_table_and_sees_a_value_changed_on_the_way(d
 
 def test_verify_finds_rows_missing_extra_and_changed_under_a_composite_key(db: psycopg.Connection, syncer) -> None:
     """Keys that are not one integer are bucketed by a hash of their canonical text."""
-    from pgcdc.sync import verify
+    from pgcdc.checks import verify
 
     db.execute("create table c (region text, n numeric, v text, primary key (region, n))")
     db.execute("insert into c select 'r' || (i % 7), i / 4.0, 'v' || i from generate_series(1, 3000) i")

@@ -18,7 +18,7 @@ from pgcdc.errors import BusyError
 from pgcdc.source import capture, consumers
 from pgcdc.sync import runs
 from pgcdc.sync.compact import compact
-from pgcdc.sync.status import status_data
+from pgcdc.checks.status import status_data
 from fixtures.ingest import Syncer
 
 

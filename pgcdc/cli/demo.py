@@ -18,8 +18,8 @@ from pgcdc.source.selection import select_tables
 from pgcdc.source.db import connect
 from pgcdc.spark.session import get_session
 from pgcdc.sync.runs import run
-from pgcdc.sync.status import status_report
-from pgcdc.sync.verify import verify
+from pgcdc.checks.status import status_report
+from pgcdc.checks.verify import verify
 
 SAMPLE_SCHEMA = """
 create schema shop;

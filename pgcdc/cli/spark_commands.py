@@ -18,7 +18,7 @@ from pgcdc.spark.session import get_session
 from pgcdc.sync.compact import compact
 from pgcdc.sync.follow import follow
 from pgcdc.sync.runs import preflight, resync, run
-from pgcdc.sync.verify import verify
+from pgcdc.checks.verify import verify
 
 
 def cmd_submit_args(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ from pgcdc.cli.common import source_of as _source
 from pgcdc.errors import ConfigError
 from pgcdc.lake import shards
 from pgcdc.source import capture, schemas
-from pgcdc.sync.status import table_lines
+from pgcdc.checks.status import table_lines
 
 if TYPE_CHECKING:
     pass

@@ -307,7 +307,7 @@ def _replaced(spark: "SparkSession", path: str, where: str | None, landing: Land
 
 def replace_rows(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState, where: str | None,
                  keys: list[str], landing: Landing, log: "tablelog.LogState | None" = None) -> Written:
-    """Replace the table's rows matching `where` (a chunk's key range, sync/chunked.py; None: every
+    """Replace the table's rows matching `where` (a chunk's key range, sync/chunked_copy.py; None: every
     row) by `rows` (read from PostgreSQL, keyed by `keys`; with soft deletes, and the replaced rows
     whose keys it no longer finds, marked: `landing`) in one commit carrying the state, with
     Delta's public replaceWhere: every other row stays readable, and Delta refuses a row outside

@@ -1,4 +1,4 @@
-"""Copies in chunks (pgcdc/sync/chunked.py): the key ranges a table is read in, each in a short
+"""Copies in chunks (pgcdc/sync/chunked_copy.py): the key ranges a table is read in, each in a short
 snapshot of its own, and the predicate that names the same range in its Delta table.
 
 A chunk is the rows whose first key column lies in [lo, hi) (None: unbounded). PostgreSQL cuts

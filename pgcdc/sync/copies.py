@@ -2,7 +2,7 @@
 Delta table, and creating that Delta table: what `Job` (sync/ingest.py) does when a table is
 copied rather than applied batch by batch.
 
-A copy goes in chunks (sync/chunked.py) unless plan.whole_copy_reason says why not; then all
+A copy goes in chunks (sync/chunked_copy.py) unless plan.whole_copy_reason says why not; then all
 of it is read in one exported snapshot of the reader, whose txmin becomes the watermark, and it
 replaces the Delta table's rows (a fan-in source's, its shard's) in one commit that carries
 the state.
@@ -23,7 +23,7 @@ from pgcdc.source import capture, chunks, enrich, events, partitions, snapshots
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.columns import Column, columns_of
 from pgcdc.source.mirror import mark_committing, register_table
-from pgcdc.sync.chunked import chunk_rows, copy_in_chunks, found_rows
+from pgcdc.sync.chunked_copy import chunk_rows, copy_in_chunks, found_rows
 from pgcdc.sync.plan import copy_on_driver, partition_columns, whole_copy_reason
 from pgcdc.sync.report import TableReport
 from pgcdc.watermark import ConsumerState
@@ -60,7 +60,7 @@ def copy_table(job: "Job", primary: psycopg.Connection, reader: psycopg.Connecti
                t: AttachedTable, columns: list[Column], path: str, report: TableReport,
                last_batch: int, engine: Engine | None = None) -> ConsumerState:
     """Copy the whole table (first sync or resync), replacing the Delta table's contents: in
-    chunks where it can (sync/chunked.py; the state returned may still hold a copy under way if
+    chunks where it can (sync/chunked_copy.py; the state returned may still hold a copy under way if
     the job was asked to stop), else in one snapshot, a small table by `engine` itself where it
     can (plan.copy_on_driver, Engine.copy).
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from pgcdc.source.capture import AttachedTable
     from pgcdc.source.mirror import Mirrored
-    from pgcdc.sync.cut import PassCut
+    from pgcdc.sync.pass_cut import PassCut
     from pgcdc.sync.ingest import Job
     from pgcdc.watermark import ConsumerState
 

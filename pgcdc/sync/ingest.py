@@ -35,8 +35,8 @@ from pgcdc.source.events import pending
 from pgcdc.source.mirror import mark_committing, mirror_state, mirrored
 from pgcdc.source.sessions import RunSource, SourceConnections, run_source
 from pgcdc.spark import storage
-from pgcdc.sync import compact, copies, histories
-from pgcdc.sync.cut import PassCut, leave
+from pgcdc.sync import compact, copies, history_folds
+from pgcdc.sync.pass_cut import PassCut, leave
 from pgcdc.sync.plan import (check_state, columns_changed, copy_reason, next_step, table_path,
                              with_mirror)
 from pgcdc.sync.report import UNDEFINED_COLUMN, TableReport, first_line, source_state
@@ -81,8 +81,8 @@ class Job:
                                settings.target.history and not settings.target.change_data_feed)
         self.on_copy: Callable[[str, float, float | None], None] | None = None  # (table, done 0-1, seconds left)
         self.lanes: list[Job] = []  # Jobs beside this one applying tables at once (runs.lane_jobs), kept
-        self.cut: PassCut | None = None  # the pass's cut (sync/cut.py), shared with its lanes
-        self.later: histories.Later | None = None  # the pass's fan-in histories, folded after its lanes
+        self.cut: PassCut | None = None  # the pass's cut (sync/pass_cut.py), shared with its lanes
+        self.later: history_folds.Later | None = None  # the pass's fan-in histories, folded after its lanes
         storage.check_root(spark, settings.target.root)  # a remote root answers (reading only) before any table
 
     def close(self) -> None:
@@ -149,7 +149,7 @@ class Job:
         choice = self.chooser.choose(path)
         self.routine(f"{t.name}: {choice.line()}")
         if s.target.history:
-            histories.catch_up_first(self, t, path)
+            history_folds.catch_up_first(self, t, path)
         now = self.fingerprint(t, columns)
         quick = read_state_file(self.spark, path, key)
         copied = quick.columns if fan_in and quick is not None else ""  # (what its rows were copied with)
@@ -283,7 +283,7 @@ class Job:
             state = replace(state, columns=columns)
             write_state_file(self.spark, path, state)
         if self.settings.target.history:
-            histories.follow(self, t, path)
+            history_folds.follow(self, t, path)
         mirror_state(primary, state, path)
         self.known[state.table_id] = (state, path)
         if engine is not None:

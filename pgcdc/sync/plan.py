@@ -117,7 +117,7 @@ def columns_changed(spark: "SparkSession", settings: "Settings", t: "AttachedTab
 def whole_copy_reason(log: "LogState", t: "AttachedTable", source: "StructType", size: "partitions.Size",
                       rows_per_chunk: int, uncut: str) -> str | None:
     """Why a copy reads the table in one snapshot (one commit) rather than in chunks
-    (sync/chunked.py), or None: its key cannot be cut (`uncut`, chunks.cut_key's reason), its
+    (sync/chunked_copy.py), or None: its key cannot be cut (`uncut`, chunks.cut_key's reason), its
     Delta table changes columns or partitioning (a chunk replaces rows, not the schema; a
     fan-in's table may take new columns only in one write), or it holds no more than one chunk
     (~`rows_per_chunk` rows; an unanalyzed table's rows guessed at 64 bytes each), which is one

@@ -1,4 +1,4 @@
-"""A chunked copy's progress (sync/chunked.py) for a person and a scheduler: a bar on a terminal
+"""A chunked copy's progress (sync/chunked_copy.py) for a person and a scheduler: a bar on a terminal
 (rows, percent, rate, time left), else one log record per chunk (JSON fields with
 `--log-format json`), and the follower's gauges (`Job.on_copy`). `pgcdc status` reads the
 progress the last chunk committed (pgcdc.consumer_state.copy_progress)."""

@@ -25,8 +25,8 @@ from pgcdc.source.capture import AttachedTable
 from pgcdc.source.consumers import record_run
 from pgcdc.source.db import connect
 from pgcdc.spark.session import activate, get_session, pinned_threads, side_session
-from pgcdc.sync import copies, cut, histories
-from pgcdc.sync.cut import PassCut
+from pgcdc.sync import copies, history_folds, pass_cut
+from pgcdc.sync.pass_cut import PassCut
 from pgcdc.sync.departed import remove_departed
 from pgcdc.sync.idle import pass_idle
 from pgcdc.sync.ingest import Job
@@ -119,12 +119,12 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
         elsewhere: list[str] = []  # tables another worker of the consumer is applying
         try:
             live = [t for t in tables if t.name not in skip]
-            later = histories.Later()
-            with _cut(job, primary, tables) as pass_cut:
-                job.cut, job.later = pass_cut, later
+            later = history_folds.Later()
+            with _cut(job, primary, tables) as cut:
+                job.cut, job.later = cut, later
                 for t in tables:
-                    if t.name in skip and pass_cut is not None:
-                        pass_cut.leave(t, "held back after failures")
+                    if t.name in skip and cut is not None:
+                        cut.leave(t, "held back after failures")
                 try:
                     passed, oldest = _idle(job, primary, reader, identity, live)
                     reports.extend(passed.values())
@@ -134,9 +134,9 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
                     _apply_in_lanes(job, primary, reader, jdbc, identity, work)
                 finally:
                     job.cut, job.later = None, None
-            if pass_cut is not None:
-                _record_cut(job, primary, pass_cut, tables)
-            work.failed.update(histories.fold_later(job, later))
+            if cut is not None:
+                _record_cut(job, primary, cut, tables)
+            work.failed.update(history_folds.fold_later(job, later))
             reports += work.reports
             failed, elsewhere = work.failed, work.elsewhere
             if elsewhere:
@@ -176,20 +176,20 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
 
 @contextmanager
 def _cut(job: Job, primary: psycopg.Connection, tables: list[AttachedTable]) -> Iterator[PassCut | None]:
-    """The pass's cut (sync/cut.py): its snapshot held on a reader connection of its own while the
+    """The pass's cut (sync/pass_cut.py): its snapshot held on a reader connection of its own while the
     pass reads; None where passes make no cut (strict mode, or ingest.cuts off)."""
     s = job.settings
     if not (s.ingest.cuts and s.ingest.mode == "out_of_order"):
         yield None
         return
-    with cut.taken(primary, lambda: connect(s.source.reader_dsn, role=s.source.reader_role, reader=True),
-                   s.consumer, tables, s.ingest.cut_seconds) as pass_cut:
-        yield pass_cut
+    with pass_cut.taken(primary, lambda: connect(s.source.reader_dsn, role=s.source.reader_role, reader=True),
+                   s.consumer, tables, s.ingest.cut_seconds) as cut:
+        yield cut
 
 
-def _record_cut(job: Job, primary: psycopg.Connection, pass_cut: PassCut, tables: list[AttachedTable]) -> None:
+def _record_cut(job: Job, primary: psycopg.Connection, cut: PassCut, tables: list[AttachedTable]) -> None:
     """Write the pass's cut to the lake and say what it holds."""
-    made = cut.write(job.spark, job.settings.target.root, job.settings.consumer, pass_cut, tables,
+    made = pass_cut.write(job.spark, job.settings.target.root, job.settings.consumer, cut, tables,
                      capture.list_attached(primary))
     line = f"cut {made.name}: {len(made.tables)} Delta table(s) agree as of one snapshot"
     if made.left_out:

@@ -10,7 +10,7 @@ import psycopg
 
 from pgcdc.lake import tablelog
 from pgcdc.source import capture, consumers, partitions, schemas
-from pgcdc.sync import coverage
+from pgcdc.checks import coverage
 from pgcdc.sync.progress import duration, reached
 
 LAGGING = timedelta(hours=1)  # a change older than this still pending deserves attention

@@ -26,7 +26,7 @@ from pgcdc.lake.state import app_id, load_state
 from pgcdc.source import access
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.events import pending
-from pgcdc.sync import canon
+from pgcdc.checks import canon
 from pgcdc.sync.plan import table_path
 from pgcdc.sync.report import first_line
 from pgcdc.watermark import state_key
