@@ -30,7 +30,7 @@ from pgcdc.source import enrich
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-    from pgcdc.engines import BatchWork, CopyWork
+    from pgcdc.engines.work import BatchWork, CopyWork
 
 
 class MergeEngine:

@@ -30,13 +30,13 @@ from pgcdc.source.capture import AttachedTable
 from pgcdc.source.chunks import CutKey
 from pgcdc.source.columns import Column
 from pgcdc.source.mirror import mark_committing, register_table, resync_reason
+from pgcdc.sync.context import RunContext
 from pgcdc.sync.progress import Meter, reached
 from pgcdc.sync.report import TableReport
 from pgcdc.watermark import ConsumerState, CopyProgress, TxidSet
 
 if TYPE_CHECKING:
     from pgcdc.settings import CopySettings
-    from pgcdc.sync.ingest import Job
 
 
 def chunk_rows(copies: "CopySettings", size: partitions.Size) -> int:
@@ -48,40 +48,40 @@ def chunk_rows(copies: "CopySettings", size: partitions.Size) -> int:
     return max(1, min(copies.chunk_rows, int(copies.chunk_mb * 1024 * 1024 / row_bytes)))
 
 
-def copy_in_chunks(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
+def copy_in_chunks(ctx: RunContext, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
                    identity: str, t: AttachedTable, columns: list[Column], path: str, report: TableReport,
                    key: CutKey, state: ConsumerState | None, last_batch: int, size: partitions.Size) -> ConsumerState:
     """Copy the table (of `size`) in chunks, from the start (`state` None or without a copy under
     way) or from where `state`'s copy got to. Returns the state after the last chunk, or the
     state of a copy still under way if the job was asked to stop between chunks."""
-    s = job.settings
+    s = ctx.settings
     rows, total = chunk_rows(s.copies, size), max(0, int(size.rows))
     if state is None or state.copy is None:
-        state, first = _begin(job, primary, reader, identity, t, columns, path, last_batch, rows, total), True
+        state, first = _begin(ctx, primary, reader, identity, t, columns, path, last_batch, rows, total), True
     else:  # (resumed)
         first = False
-        job.say(f"{t.name}: resuming its copy at {reached(state.copy.rows, state.copy.total)}, "
+        ctx.say(f"{t.name}: resuming its copy at {reached(state.copy.rows, state.copy.total)}, "
                 f"chunk {state.copy.chunks + 1}"
                 + (f" of ~{max(state.copy.chunks + 1, round(state.copy.total / rows))}" if state.copy.total else ""),
                 record="copy_resume", table=t.name, chunk=state.copy.chunks + 1, rows=state.copy.rows,
                 total=state.copy.total)
     assert state.copy is not None
-    meter = Meter(job, t.name, state.copy, rows)
-    parts = max(1, min(s.ingest.jdbc_partitions, job.spark.sparkContext.defaultParallelism))
+    meter = Meter(ctx, t.name, state.copy, rows)
+    parts = max(1, min(s.ingest.jdbc_partitions, ctx.spark.sparkContext.defaultParallelism))
     began, read = time.monotonic(), 0
     try:
         while True:
             if not first and resync_reason(primary, s.consumer, t.table_id) is not None:
                 # (the queue may have dropped events this copy relies on: it starts again)
-                job.say(f"{t.name}: consumer {s.consumer} fell past the retention limit during the copy: copying "
+                ctx.say(f"{t.name}: consumer {s.consumer} fell past the retention limit during the copy: copying "
                         "it again from the start")
-                state, first = _begin(job, primary, reader, identity, t, columns, path, state.batch, rows, total), True
+                state, first = _begin(ctx, primary, reader, identity, t, columns, path, state.batch, rows, total), True
                 assert state.copy is not None
-                meter = Meter(job, t.name, state.copy, rows)
-            state, n = _chunk(job, primary, reader, jdbc, t, columns, path, key, state, rows, parts, first)
+                meter = Meter(ctx, t.name, state.copy, rows)
+            state, n = _chunk(ctx, primary, reader, jdbc, t, columns, path, key, state, rows, parts, first)
             first, read = False, read + n
             meter.chunk(state.copy, n)
-            if state.copy is None or job.stopping():
+            if state.copy is None or ctx.stopping():
                 break
             _throttle(s.copies.max_rows_per_second, read, time.monotonic() - began)
     finally:
@@ -90,11 +90,11 @@ def copy_in_chunks(job: "Job", primary: psycopg.Connection, reader: psycopg.Conn
     return state
 
 
-def _begin(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, identity: str, t: AttachedTable,
+def _begin(ctx: RunContext, primary: psycopg.Connection, reader: psycopg.Connection, identity: str, t: AttachedTable,
            columns: list[Column], path: str, last_batch: int, rows: int, total: int) -> ConsumerState:
     """A new copy's starting state: registered, then its first snapshot's txmin as the watermark
     (`rows`: per chunk; `total`: the table's estimated rows, 0 if unknown)."""
-    s = job.settings
+    s = ctx.settings
     registered = register_table(primary, s.consumer, t.table_id, path)
 
     def first_snapshot() -> tuple[events.Snapshot, TxidSet]:
@@ -104,20 +104,20 @@ def _begin(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, 
                 raise events.Behind(snap.txmin)
             return snap, events.visible_at_or_above(reader, t.table_id, snap)
     snap, applied = events.once_reached(reader, registered, s.source.reader_role, first_snapshot)
-    job.say(f"{t.name}: copying the table in chunks of {rows} rows" + (f" (~{total} rows)" if total else ""),
+    ctx.say(f"{t.name}: copying the table in chunks of {rows} rows" + (f" (~{total} rows)" if total else ""),
             record="copy_start", table=t.name, total=total)
     state = ConsumerState(s.consumer, t.name, t.table_id, identity, snap.txmin, batch=last_batch,
-                          columns=job.fingerprint(t, columns), shard=t.fan_in_shard)
+                          columns=ctx.fingerprint(t, columns), shard=t.fan_in_shard)
     return replace(state.next(snap.txmin, applied), batch=last_batch,
                    copy=CopyProgress(None, 0, 0, total, time.time()))
 
 
-def _chunk(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
+def _chunk(ctx: RunContext, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
            t: AttachedTable, columns: list[Column], path: str, key: CutKey, state: ConsumerState, rows: int,
            parts: int, first: bool) -> tuple[ConsumerState, int]:
     """Read and commit the next chunk, in one snapshot of the reader held for this chunk only."""
     assert state.copy is not None
-    events.wait_for_txmin(reader, state.watermark, job.settings.source.reader_role)
+    events.wait_for_txmin(reader, state.watermark, ctx.settings.source.reader_role)
     # The bounds in a statement of their own (any snapshot will do: the ranges only have to
     # cover every key): the exporting transaction must hold no lock on the table. A TRUNCATE
     # waiting for that lock would queue the shares' locks behind its own, and the shares would
@@ -125,29 +125,29 @@ def _chunk(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, 
     chunk = chunks.next_chunk(reader, t, key, chunks.decode(state.copy.after), rows, parts)
     with snapshots.reading(reader):  # held open while Spark reads and writes the chunk: its shares share it
         exported = reader.execute("select pg_export_snapshot()").fetchone()[0]
-        frame = enrich.read_queries(job.spark, jdbc, t, columns,
+        frame = enrich.read_queries(ctx.spark, jdbc, t, columns,
                                     [chunks.range_query(t, columns, key, lo, hi) for lo, hi in chunk.ranges], exported)
         progress = None if chunk.last else replace(state.copy, after=chunks.encode(chunk.hi),
                                                   chunks=state.copy.chunks + 1, rows=state.copy.rows + chunk.rows)
         new = state.chunk(progress)
         mark_committing(primary, new, path)  # (after the snapshot the chunk reads)
         faults.failpoint("before-chunk-commit")
-        written = target.replace_rows(job.spark, path, frame, new, chunks.delta_where(key, chunk.lo, chunk.hi),
-                                      t.key_columns, job.landing)
-    new = job.committed(primary, path, new, written, copied=first)
+        written = target.replace_rows(ctx.spark, path, frame, new, chunks.delta_where(key, chunk.lo, chunk.hi),
+                                      t.key_columns, ctx.landing)
+    new = ctx.committed(primary, path, new, written, copied=first)
     faults.failpoint("after-chunk-commit")
-    return new, found_rows(job, t, path, written, chunks.delta_where(key, chunk.lo, chunk.hi))
+    return new, found_rows(ctx, t, path, written, chunks.delta_where(key, chunk.lo, chunk.hi))
 
 
-def found_rows(job: "Job", t: AttachedTable, path: str, written: Written, where: str | None) -> int:
+def found_rows(ctx: RunContext, t: AttachedTable, path: str, written: Written, where: str | None) -> int:
     """The rows a copy's commit `written` found in PostgreSQL (of the key range `where`; None:
     all). With soft deletes it also wrote the rows it no longer found, marked, so those found
     are counted: its range's live rows at that version (Delta skips the files outside)."""
-    if not job.landing.soft_deletes:
+    if not ctx.landing.soft_deletes:
         return written.upserted
     from pyspark.sql import functions as F
 
-    rows = job.spark.read.format("delta").option("versionAsOf", written.version).load(path)
+    rows = ctx.spark.read.format("delta").option("versionAsOf", written.version).load(path)
     for part in (where, None if t.fan_in_shard is None else shards.where(t.fan_in_shard)):
         rows = rows.where(part) if part else rows
     return rows.where(~F.col(spark_ident(landing.DELETED))).count()

@@ -1,6 +1,6 @@
 """Copying a table whole (first sync, resync, a copy a run decides on: sync/plan.py) into its
-Delta table, and creating that Delta table: what `Job` (sync/ingest.py) does when a table is
-copied rather than applied batch by batch.
+Delta table, and creating that Delta table: what a run (sync/ingest.py) does when a table is
+copied rather than applied batch by batch; its steps receive the run's context (sync/context.py).
 
 A copy goes in chunks (sync/chunked_copy.py) unless plan.whole_copy_reason says why not; then all
 of it is read in one exported snapshot of the reader, whose txmin becomes the watermark, and it
@@ -18,11 +18,11 @@ from pgcdc import faults
 from pgcdc.engines import CopyWork, Engine
 from pgcdc.errors import TargetError
 from pgcdc.lake import shards, tablelog, target
-from pgcdc.lake.state import committed_batch
 from pgcdc.source import capture, chunks, enrich, events, partitions, snapshots
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.columns import Column, columns_of
 from pgcdc.source.mirror import mark_committing, register_table
+from pgcdc.sync.context import RunContext
 from pgcdc.sync.chunked_copy import chunk_rows, copy_in_chunks, found_rows
 from pgcdc.sync.plan import copy_on_driver, partition_columns, whole_copy_reason
 from pgcdc.sync.report import TableReport
@@ -31,32 +31,32 @@ from pgcdc.watermark import ConsumerState
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-    from pgcdc.sync.ingest import Job
 
-
-def create_target(job: "Job", primary: psycopg.Connection, t: AttachedTable, path: str, source: "StructType") -> None:
+def create_target(ctx: RunContext, primary: psycopg.Connection, t: AttachedTable, path: str,
+                  source: "StructType") -> None:
     """Create the table's Delta table if there is none (only ever in an empty place). The
     sources of a fan-in share one: they create it one at a time, under an advisory lock on
     its path that the others' lanes and workers take too (a create seen half-made would
     look like somebody's files)."""
-    s = job.settings
-    if target.is_delta(job.spark, path):
+    s = ctx.settings
+    if target.is_delta(ctx.spark, path):
         return
     if t.into is None:
-        target.create_table(job.spark, path, source, t.key_columns, s.consumer, t.name, s.target,
+        target.create_table(ctx.spark, path, source, t.key_columns, s.consumer, t.name, s.target,
                             partition_by=partition_columns(t))
         return
     lock = ("select pg_advisory_lock(hashtext(%s))", "select pg_advisory_unlock(hashtext(%s))")
     primary.execute(lock[0], (f"pgcdc fan-in {path}",))
     try:
-        if not target.is_delta(job.spark, path):
-            target.create_table(job.spark, path, source, t.key_columns, s.consumer, t.into, s.target, fan_in=True)
+        if not target.is_delta(ctx.spark, path):
+            target.create_table(ctx.spark, path, source, t.key_columns, s.consumer, t.into, s.target, fan_in=True)
     finally:
         if not primary.broken:
             primary.execute(lock[1], (f"pgcdc fan-in {path}",))
 
 
-def copy_table(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], identity: str,
+def copy_table(ctx: RunContext, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
+               identity: str,
                t: AttachedTable, columns: list[Column], path: str, report: TableReport,
                last_batch: int, engine: Engine | None = None) -> ConsumerState:
     """Copy the whole table (first sync or resync), replacing the Delta table's contents: in
@@ -69,20 +69,20 @@ def copy_table(job: "Job", primary: psycopg.Connection, reader: psycopg.Connecti
     them from the registration on."""
     size = partitions.size(reader, t.name)
     key, uncut = chunks.cut_key(reader, t, columns)
-    log = tablelog.read_state(job.spark, path, need_txns=False)
-    if t.into is not None and _retyped_alike(job, reader, t, path, job.source_schema(jdbc, t, columns), log):
-        log = tablelog.read_state(job.spark, path, need_txns=False)
-    if whole_copy_reason(log, t, job.target_schema(jdbc, t, columns), size, chunk_rows(job.settings.copies, size),
+    log = tablelog.read_state(ctx.spark, path, need_txns=False)
+    if t.into is not None and _retyped_alike(ctx, reader, t, path, ctx.source_schema(jdbc, t, columns), log):
+        log = tablelog.read_state(ctx.spark, path, need_txns=False)
+    if whole_copy_reason(log, t, ctx.target_schema(jdbc, t, columns), size, chunk_rows(ctx.settings.copies, size),
                          uncut) is None:
         assert key is not None
-        return copy_in_chunks(job, primary, reader, jdbc, identity, t, columns, path, report, key, None, last_batch,
+        return copy_in_chunks(ctx, primary, reader, jdbc, identity, t, columns, path, report, key, None, last_batch,
                               size)
-    registered = register_table(primary, job.settings.consumer, t.table_id, path)
-    return events.once_reached(reader, registered, job.settings.source.reader_role, lambda: _copy(
-        job, primary, reader, jdbc, identity, t, columns, path, report, last_batch, registered, engine, size))
+    registered = register_table(primary, ctx.settings.consumer, t.table_id, path)
+    return events.once_reached(reader, registered, ctx.settings.source.reader_role, lambda: _copy(
+        ctx, primary, reader, jdbc, identity, t, columns, path, report, last_batch, registered, engine, size))
 
 
-def _retyped_alike(job: "Job", reader: psycopg.Connection, t: AttachedTable, path: str, source: "StructType",
+def _retyped_alike(ctx: RunContext, reader: psycopg.Connection, t: AttachedTable, path: str, source: "StructType",
                    log: tablelog.LogState) -> bool:
     """Retype the fan-in's Delta table where this source's columns have other types than it holds
     and every attached source of the fan-in has the same PostgreSQL type there now (they were
@@ -103,13 +103,14 @@ def _retyped_alike(job: "Job", reader: psycopg.Connection, t: AttachedTable, pat
                                   f"{have[c.name].simpleString()} until they agree (the other sources sync meanwhile)")
     what = ", ".join(f"{n} {have[n].simpleString()} -> {d.simpleString()}" for n, d in retyped.items())
     with target.conflicts(path, f"retyping {t.into}"):
-        shards.retype(job.spark, path, retyped)
-    job.say(f"{t.into}: every source has its new column types: its Delta table retyped {what} (every shard's rows "
+        shards.retype(ctx.spark, path, retyped)
+    ctx.say(f"{t.into}: every source has its new column types: its Delta table retyped {what} (every shard's rows "
             "rewritten; each source's copy follows)")
     return True
 
 
-def _copy(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], identity: str,
+def _copy(ctx: RunContext, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
+          identity: str,
           t: AttachedTable, columns: list[Column], path: str, report: TableReport, last_batch: int,
           registered: int, engine: Engine | None, size: partitions.Size) -> ConsumerState:
     """copy_table's copy (of a table of `size`) in one snapshot of the reader, which must have
@@ -119,52 +120,39 @@ def _copy(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, j
         if snap.txmin < registered:  # a standby that has not replayed the registration yet
             raise events.Behind(snap.txmin)
         exported = reader.execute("select pg_export_snapshot()").fetchone()[0]
-        job.say(f"{t.name}: copying the whole table ({size.total_pages} pages) ...")
+        ctx.say(f"{t.name}: copying the whole table ({size.total_pages} pages) ...")
         # the transactions at or above txmin whose changes the snapshot shows are copied too
         applied = events.visible_at_or_above(reader, t.table_id, snap)
-        state = ConsumerState(job.settings.consumer, t.name, t.table_id, identity, snap.txmin, batch=last_batch,
-                              columns=job.fingerprint(t, columns),
+        state = ConsumerState(ctx.settings.consumer, t.name, t.table_id, identity, snap.txmin, batch=last_batch,
+                              columns=ctx.fingerprint(t, columns),
                               shard=t.fan_in_shard).next(snap.txmin, applied)
 
         def before_commit() -> None:
             mark_committing(primary, state, path)  # after the snapshot the copy reads
             faults.failpoint("before-copy-commit")
         written = None
-        if engine is not None and copy_on_driver(size.bytes, engine.name, t, job.landing):
-            written = engine.copy(CopyWork(job.spark, path, lambda: enrich.fetch_table(reader, t, columns),
-                                           job.source_schema(jdbc, t, columns), t.key_columns, state,
+        if engine is not None and copy_on_driver(size.bytes, engine.name, t, ctx.landing):
+            written = engine.copy(CopyWork(ctx.spark, path, lambda: enrich.fetch_table(reader, t, columns),
+                                           ctx.source_schema(jdbc, t, columns), t.key_columns, state,
                                            before_commit))
         if written is None:
-            rows = enrich.read_table(job.spark, jdbc, t, columns, job.settings.ingest.jdbc_partitions,
+            rows = enrich.read_table(ctx.spark, jdbc, t, columns, ctx.settings.ingest.jdbc_partitions,
                                      size.pages, exported)
             before_commit()
-            written = target.overwrite(job.spark, path, rows, state, t.key_columns, job.landing, partition_columns(t))
-    state = job.committed(primary, path, state, written, copied=True)
-    report.copied = found_rows(job, t, path, written, None)
+            written = target.overwrite(ctx.spark, path, rows, state, t.key_columns, ctx.landing, partition_columns(t))
+    state = ctx.committed(primary, path, state, written, copied=True)
+    report.copied = found_rows(ctx, t, path, written, None)
     return state
 
 
-def resume_copy(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
+def resume_copy(ctx: RunContext, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
                 identity: str, t: AttachedTable, columns: list[Column], path: str, report: TableReport,
                 state: ConsumerState, engine: Engine | None = None) -> ConsumerState:
     """Go on with the chunked copy `state` holds, after its last committed chunk; one whose key
     can no longer be cut (its index dropped, say) is copied again in one snapshot."""
     key, uncut = chunks.cut_key(reader, t, columns)
     if key is None:
-        job.say(f"{t.name}: its copy under way cannot go on in chunks ({uncut}): copying it again in one snapshot")
-        return copy_table(job, primary, reader, jdbc, identity, t, columns, path, report, state.batch, engine)
-    return copy_in_chunks(job, primary, reader, jdbc, identity, t, columns, path, report, key, state, state.batch,
+        ctx.say(f"{t.name}: its copy under way cannot go on in chunks ({uncut}): copying it again in one snapshot")
+        return copy_table(ctx, primary, reader, jdbc, identity, t, columns, path, report, state.batch, engine)
+    return copy_in_chunks(ctx, primary, reader, jdbc, identity, t, columns, path, report, key, state, state.batch,
                           partitions.size(reader, t.name))
-
-
-def resync_table(job: "Job", primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
-                 identity: str, t: AttachedTable) -> TableReport:
-    """Copy one table again from scratch (runs.resync_tables goes over the tables)."""
-    s = job.settings
-    path, recorded, report, columns = job.open_table(primary, reader, t)
-    create_target(job, primary, t, path, job.target_schema(jdbc, t, columns))
-    target.check_owner(job.spark, path, s.consumer, None if recorded else t.target_name, t.into is not None)
-    last = committed_batch(job.spark, path, job.key(t)) or 0
-    engine = job.chooser.choose(path).engine
-    state = copy_table(job, primary, reader, jdbc, identity, t, columns, path, report, last, engine)
-    return job.finish(primary, reader, t, state, path, report, columns=job.fingerprint(t, columns))

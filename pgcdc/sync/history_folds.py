@@ -10,11 +10,11 @@ import threading
 from typing import TYPE_CHECKING
 
 from pgcdc.lake import catalog, history, shards
+from pgcdc.sync.context import RunContext
 from pgcdc.sync.report import first_line
 
 if TYPE_CHECKING:
     from pgcdc.source.capture import AttachedTable
-    from pgcdc.sync.ingest import Job
 
 
 class Later:
@@ -39,52 +39,52 @@ class Later:
             self.tables.setdefault(path, t)
 
 
-def follow(job: "Job", t: "AttachedTable", path: str) -> None:
+def follow(ctx: RunContext, later: Later | None, t: "AttachedTable", path: str) -> None:
     """Bring the history of the Delta table at `path` up to it now, or, for a fan-in's source
-    in a pass (job.later), once the pass's lanes are done."""
-    if t.into is not None and job.later is not None:
-        job.later.add(path, t)
+    in a pass (`later`), once the pass's lanes are done."""
+    if t.into is not None and later is not None:
+        later.add(path, t)
     else:
-        fold(job, t, path)
+        fold(ctx, t, path)
 
 
-def catch_up_first(job: "Job", t: "AttachedTable", path: str) -> None:
+def catch_up_first(ctx: RunContext, later: Later | None, t: "AttachedTable", path: str) -> None:
     """Fold what a kill left the history of the Delta table at `path` without, before the table
     is committed to again (history.started_behind); a fan-in's, only by its pass's first source."""
-    if t.into is not None and job.later is not None and not job.later.first(path):
+    if t.into is not None and later is not None and not later.first(path):
         return
-    if history.started_behind(job.spark, path):
-        fold(job, t, path)
+    if history.started_behind(ctx.spark, path):
+        fold(ctx, t, path)
 
 
-def fold_later(job: "Job", later: Later) -> dict[str, Exception]:
+def fold_later(ctx: RunContext, later: Later) -> dict[str, Exception]:
     """Fold the pass's fan-in histories: the ones that failed, named "<table> (history)" (the
     next run folds them: a history behind its table keeps the table off the idle path)."""
     failed: dict[str, Exception] = {}
     for path, t in later.tables.items():
         try:
-            fold(job, t, path)
+            fold(ctx, t, path)
         except Exception as exc:
             name = f"{t.target_name} (history)"
-            job.say(f"{name}: FAILED: {first_line(exc)}", logging.ERROR, record="table_failed", table=name,
+            ctx.say(f"{name}: FAILED: {first_line(exc)}", logging.ERROR, record="table_failed", table=name,
                     error=first_line(exc))
             failed[name] = exc
     return failed
 
 
-def fold(job: "Job", t: "AttachedTable", path: str) -> None:
+def fold(ctx: RunContext, t: "AttachedTable", path: str) -> None:
     """Fold the Delta table's commits its history lacks into it."""
     keys = [*t.key_columns, shards.SHARD] if t.into is not None else t.key_columns
     name = t.target_name
     label = name if t.into is not None else t.name  # (a fan-in's history is its own, not one source's)
-    folded = history.catch_up(job.spark, path, keys, job.landing.soft_deletes, job.settings.consumer, name,
+    folded = history.catch_up(ctx.spark, path, keys, ctx.landing.soft_deletes, ctx.settings.consumer, name,
                               t.leaves_out, alone=t.into is None)  # (a fan-in's: other workers may fold it)
     if folded is not None:
-        job.say(folded.line(label), record="history", table=label, opened=folded.opened, closed=folded.closed,
+        ctx.say(folded.line(label), record="history", table=label, opened=folded.opened, closed=folded.closed,
                 mirror_version=folded.last)
         # (its small files, as the table's: one commit a run adds some)
-        job.compactor.after_batches(history.history_path(path), f"{label} (history)", job.settings.ingest.compact_files)
-    database = job.settings.target.database
-    if database and (registered := catalog.register(job.spark, database, history.history_name(name),
+        ctx.compactor.after_batches(history.history_path(path), f"{label} (history)", ctx.settings.ingest.compact_files)
+    database = ctx.settings.target.database
+    if database and (registered := catalog.register(ctx.spark, database, history.history_name(name),
                                                     history.history_path(path))):
-        job.say(f"{label}: its history registered in the catalog as {registered}")
+        ctx.say(f"{label}: its history registered in the catalog as {registered}")

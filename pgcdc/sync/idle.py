@@ -14,6 +14,7 @@ What decides is `plan.idle_base` and `plan.idle_move`.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pgcdc.lake import history
@@ -22,6 +23,7 @@ from pgcdc.lake.state import read_state_file
 from pgcdc.source import events, partitions, snapshots
 from pgcdc.source.columns import columns_of
 from pgcdc.source.mirror import mirror_states, mirrored
+from pgcdc.sync.context import RunContext
 from pgcdc.sync.plan import idle_base, idle_move
 from pgcdc.sync.report import TableReport
 
@@ -31,8 +33,9 @@ if TYPE_CHECKING:
     from pgcdc.source.capture import AttachedTable
     from pgcdc.source.mirror import Mirrored
     from pgcdc.sync.pass_cut import PassCut
-    from pgcdc.sync.ingest import Job
     from pgcdc.watermark import ConsumerState
+
+    Known = dict[int, tuple[ConsumerState, str]]  # by table id: its state and Delta table, as last synced
 
 _log = logging.getLogger(__name__)
 
@@ -44,12 +47,15 @@ def _log_present(path: str) -> bool:
     return folder is None or (folder / "_delta_log").is_dir()
 
 
-def pass_idle(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connection", identity: str,
+def pass_idle(ctx: RunContext, known: "Known", pass_cut: "PassCut | None", primary: "psycopg.Connection",
+              reader: "psycopg.Connection", identity: str,
               tables: list["AttachedTable"]) -> tuple[dict[str, TableReport], dict[int, int]]:
     """Pass every idle table of `tables` (see the module docstring): their reports, by name;
     and for the others it looked at, by table id, the oldest txid they have to apply (the
-    run takes the table whose oldest pending change is oldest first)."""
-    consumer, root = job.settings.consumer, target_root(job.settings.target.root) + "/"
+    run takes the table whose oldest pending change is oldest first). `known`: each table's
+    state and Delta table as this process last synced them (kept up to date here);
+    `pass_cut`: the pass's cut, which the idle tables join."""
+    consumer, root = ctx.settings.consumer, target_root(ctx.settings.target.root) + "/"
     mirrors = mirrored(primary, consumer, [t.table_id for t in tables])
     next_txid = int(primary.execute("select pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0])
     candidates = [t for t in tables if t.table_id in mirrors and mirrors[t.table_id].target.startswith(root)
@@ -59,32 +65,43 @@ def pass_idle(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connec
     if not candidates:
         return {}, {}
     # in a cut, the queue is read in its snapshot and the idle tables join it
-    cut = job.cut if job.cut is not None and job.cut.enter("(idle)") else None
+    cut = pass_cut if pass_cut is not None and pass_cut.enter("(idle)") else None
     try:
-        return _pass(job, primary, reader, identity, tables, candidates, mirrors, next_txid, cut)
+        return _pass(ctx, known, primary, reader, identity, tables, _Seen(candidates, mirrors, next_txid), cut)
     finally:
         if cut is not None:
             cut.exit("(idle)")
 
 
-def _pass(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connection", identity: str,
-          tables: list["AttachedTable"], candidates: list["AttachedTable"], mirrors: dict[int, "Mirrored"],
-          next_txid: int, cut: "PassCut | None") -> tuple[dict[str, TableReport], dict[int, int]]:
+@dataclass(frozen=True)
+class _Seen:
+    """What pass_idle found before it looked at each table: the tables that may be idle, their
+    mirrored states, and the primary's next txid."""
+
+    candidates: list["AttachedTable"]
+    mirrors: dict[int, "Mirrored"]
+    next_txid: int
+
+
+def _pass(ctx: RunContext, known_states: "Known", primary: "psycopg.Connection", reader: "psycopg.Connection",
+          identity: str, tables: list["AttachedTable"], seen: _Seen,
+          cut: "PassCut | None") -> tuple[dict[str, TableReport], dict[int, int]]:
     """pass_idle's work once its candidates are known (in the pass's `cut` if given)."""
+    candidates, mirrors, next_txid = seen.candidates, seen.mirrors, seen.next_txid
     bases: dict[int, tuple["AttachedTable", "ConsumerState", str]] = {}
     with snapshots.reading(reader, None if cut is None else cut.held):
         current = columns_of(reader, [t.name for t in candidates])
         for t in candidates:
             m = mirrors[t.table_id]
-            known = job.known.get(t.table_id)
+            known = known_states.get(t.table_id)
             if known is None or known[1] != m.target:
-                state = read_state_file(job.spark, m.target, job.key(t))
+                state = read_state_file(ctx.spark, m.target, ctx.key(t))
                 known = None if state is None else (state, m.target)
-                if known is not None and job.settings.target.history and history.behind(job.spark, m.target):
+                if known is not None and ctx.settings.target.history and history.behind(ctx.spark, m.target):
                     continue  # (a kill before its history followed: the full path folds it)
             if known is None:
                 continue
-            fp = job.fingerprint(t, current[t.name])
+            fp = ctx.fingerprint(t, current[t.name])
             base = idle_base(t, known[0], m, fp, identity, next_txid)
             if base is not None and cut is not None and (base.version is None or cut.admits(t, base) is not None):
                 continue  # (the full path finds its Delta version, or says why it cannot join the cut)
@@ -92,7 +109,7 @@ def _pass(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connection
                 bases[t.table_id] = (t, base, m.target)
         snap = events.take_snapshot(reader)
         queued = events.queued_txids(reader, {tid: base.watermark for tid, (_, base, _) in bases.items()})
-    out_of_order = job.settings.ingest.mode == "out_of_order"
+    out_of_order = ctx.settings.ingest.mode == "out_of_order"
     passed: dict[str, TableReport] = {}
     oldest: dict[int, int] = {}
     moved: list[tuple["ConsumerState", str]] = []
@@ -108,10 +125,10 @@ def _pass(job: "Job", primary: "psycopg.Connection", reader: "psycopg.Connection
     mirror_states(primary, moved)
     by_id = {t.table_id: t for t in candidates}
     for state, path in moved:
-        job.known[state.table_id] = (state, path)
+        known_states[state.table_id] = (state, path)
         if cut is not None:
             cut.join(by_id[state.table_id], path, state)
     if passed:
-        job.routine(f"{len(passed)} of {len(tables)} table(s) idle: nothing to apply; watermarks moved, "
+        ctx.routine(f"{len(passed)} of {len(tables)} table(s) idle: nothing to apply; watermarks moved, "
                     "their Delta tables not read")
     return passed, oldest

@@ -22,25 +22,24 @@ import psycopg
 from pgcdc import faults
 from pgcdc.engines import BatchWork, Chooser, Engine
 from pgcdc.errors import TargetError
-from pgcdc.lake.landing import Landing
 from pgcdc.lake import catalog, tablelog, target
 from pgcdc.lake.state import committed_batch, load_state, read_state_file, state_from_history, write_state_file
 from pgcdc.lake.target import Written
-from pgcdc.log import fields
 from pgcdc.settings import Settings
 from pgcdc.source import access, enrich, events, partitions, snapshots
 from pgcdc.source.capture import AttachedTable
-from pgcdc.source.columns import Column, fingerprint, table_columns
+from pgcdc.source.columns import Column, table_columns
 from pgcdc.source.events import pending
 from pgcdc.source.mirror import mark_committing, mirror_state, mirrored
 from pgcdc.source.sessions import RunSource, SourceConnections, run_source
 from pgcdc.spark import storage
-from pgcdc.sync import compact, copies, history_folds
+from pgcdc.sync import copies, history_folds
+from pgcdc.sync.context import RunContext
 from pgcdc.sync.pass_cut import PassCut, leave
 from pgcdc.sync.plan import (check_state, columns_changed, copy_reason, next_step, table_path,
                              with_mirror)
 from pgcdc.sync.report import UNDEFINED_COLUMN, TableReport, first_line, source_state
-from pgcdc.watermark import ConsumerState, state_key
+from pgcdc.watermark import ConsumerState
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,26 +63,51 @@ class Job:
         """`say`: also hand every INFO line to this (tests keep them); `following`: a follower's
         runs, where a table's routine lines (engine, nothing to do) are DEBUG and the source
         connections are kept from one run to the next (`close` ends them)."""
+        self.ctx = RunContext(settings, spark, say, following)  # what the steps it calls receive
         self.settings = settings
         self.spark = spark
         self.sink = say
         self.following = following
-        self.stopping: Callable[[], bool] = lambda: False  # a stop request (a signal), seen between batches
         self.interrupted: Callable[[], bool] = lambda: False  # a stop at once, the second signal (any error then is it)
         self.table_ids: dict[str, int] = {}  # the last run's tables
         self.known: dict[int, tuple[ConsumerState, str]] = {}  # by table id: its state and Delta table, as last synced
-        self.schemas: dict[int, tuple[object, "StructType"]] = {}  # by table id: its columns and their Spark schema
-        self.compactor = compact.Compactor(spark, settings.spark.conf)  # small files, beside the run
+        self.compactor = self.ctx.compactor
         self.connections = SourceConnections(settings.source, keep=following)  # a follower's: kept between runs
-        self.landing = Landing.of(settings.target)  # what lands beside the source's columns
+        self.landing = self.ctx.landing
         # (refuses an engine this Delta build cannot run)
         self.chooser = Chooser(spark, settings.ingest.engine,
                                settings.target.history and not settings.target.change_data_feed)
-        self.on_copy: Callable[[str, float, float | None], None] | None = None  # (table, done 0-1, seconds left)
         self.lanes: list[Job] = []  # Jobs beside this one applying tables at once (runs.lane_jobs), kept
         self.cut: PassCut | None = None  # the pass's cut (sync/pass_cut.py), shared with its lanes
         self.later: history_folds.Later | None = None  # the pass's fan-in histories, folded after its lanes
         storage.check_root(spark, settings.target.root)  # a remote root answers (reading only) before any table
+
+    @property
+    def stopping(self) -> Callable[[], bool]:
+        """A stop request (a signal), seen between batches (and by the steps, through the context)."""
+        return self.ctx.stopping
+
+    @stopping.setter
+    def stopping(self, asked: Callable[[], bool]) -> None:
+        self.ctx.stopping = asked
+
+    @property
+    def on_copy(self) -> Callable[[str, float, float | None], None] | None:
+        """A follower's gauges of a copy's progress: (table, done 0-1, seconds left)."""
+        return self.ctx.on_copy
+
+    @on_copy.setter
+    def on_copy(self, gauge: Callable[[str, float, float | None], None] | None) -> None:
+        self.ctx.on_copy = gauge
+
+    @property
+    def schemas(self) -> dict[int, tuple[object, "StructType"]]:
+        """By table id: its columns and their Spark schema (shared with the run's lanes)."""
+        return self.ctx.schemas
+
+    @schemas.setter
+    def schemas(self, kept: dict[int, tuple[object, "StructType"]]) -> None:
+        self.ctx.schemas = kept
 
     def close(self) -> None:
         """Close the connections a follower's Job keeps between runs (its lanes' too)."""
@@ -93,13 +117,11 @@ class Job:
 
     def say(self, message: str, level: int = logging.INFO, **values: object) -> None:
         """Log one line (with machine-readable `values` for the JSON format)."""
-        _log.log(level, message, extra=fields(**values))
-        if self.sink is not None and level >= logging.INFO:
-            self.sink(message)
+        self.ctx.say(message, level, **values)
 
     def routine(self, message: str) -> None:
         """A line a follower repeats every run: DEBUG there, INFO in a single run."""
-        self.say(message, logging.DEBUG if self.following else logging.INFO)
+        self.ctx.routine(message)
 
     @contextmanager
     def source(self, names: list[str], restored: bool = False) -> Iterator[RunSource]:
@@ -121,7 +143,7 @@ class Job:
         s = self.settings
         path, recorded, report, columns = self.open_table(primary, reader, t)
         source = self.target_schema(jdbc, t, columns)
-        copies.create_target(self, primary, t, path, source)
+        copies.create_target(self.ctx, primary, t, path, source)
         target.check_owner(self.spark, path, s.consumer, None if recorded else t.target_name, t.into is not None)
         if s.target.database and (name := catalog.register(self.spark, s.target.database, t.target_name, path)):
             self.say(f"{t.name}: registered in the catalog as {name}")
@@ -149,7 +171,7 @@ class Job:
         choice = self.chooser.choose(path)
         self.routine(f"{t.name}: {choice.line()}")
         if s.target.history:
-            history_folds.catch_up_first(self, t, path)
+            history_folds.catch_up_first(self.ctx, self.later, t, path)
         now = self.fingerprint(t, columns)
         quick = read_state_file(self.spark, path, key)
         copied = quick.columns if fan_in and quick is not None else ""  # (what its rows were copied with)
@@ -157,7 +179,7 @@ class Job:
         if why is not None:
             self.say(f"{t.name}: {why}: copying the table again")
             cut = leave(cut, t, f"copied in a snapshot of its own ({why})", self.routine)
-            copies.copy_table(self, primary, reader, jdbc, identity, t, columns, path, report,
+            copies.copy_table(self.ctx, primary, reader, jdbc, identity, t, columns, path, report,
                               committed_batch(self.spark, path, key) or 0, choice.engine)
             quick = read_state_file(self.spark, path, key)
         mirror = mirrored(primary, s.consumer, [t.table_id]).get(t.table_id)
@@ -178,11 +200,11 @@ class Job:
             state = with_mirror(state, mirror)
         if state is None:
             cut = leave(cut, t, "copied in a snapshot of its own (its first copy)", self.routine)
-            state = copies.copy_table(self, primary, reader, jdbc, identity, t, columns, path, report, 0, choice.engine)
+            state = copies.copy_table(self.ctx, primary, reader, jdbc, identity, t, columns, path, report, 0, choice.engine)
         elif state.copy is not None:  # a copy in chunks that a kill or a stop left under way
             cut = leave(cut, t, CHUNKS_UNDER_WAY, self.routine)
             check_state(primary, state, identity, t, path)
-            state = copies.resume_copy(self, primary, reader, jdbc, identity, t, columns, path, report, state,
+            state = copies.resume_copy(self.ctx, primary, reader, jdbc, identity, t, columns, path, report, state,
                                        choice.engine)
         elif cut is not None and (refused := cut.admits(t, state)) is not None:
             cut = leave(cut, t, refused, self.routine)
@@ -205,7 +227,7 @@ class Job:
             if step.kind == "copy":
                 self.say(f"{t.name}: batch holds {step.why}: copying the table instead of applying the batch")
                 cut = leave(cut, t, f"copied in a snapshot of its own (a batch holding {step.why})", self.routine)
-                state = copies.copy_table(self, primary, reader, jdbc, identity, t, columns, path, report,
+                state = copies.copy_table(self.ctx, primary, reader, jdbc, identity, t, columns, path, report,
                                           state.batch, choice.engine)
                 report.events += batch.events
                 report.batches += 1
@@ -223,7 +245,7 @@ class Job:
                              "table again")
                     cut = leave(cut, t, f"copied in a snapshot of its own (its columns changed: {changed})", self.routine)
                     columns = table_columns(reader, t.name)
-                    state = copies.copy_table(self, primary, reader, jdbc, identity, t, columns, path, report,
+                    state = copies.copy_table(self.ctx, primary, reader, jdbc, identity, t, columns, path, report,
                                               state.batch, choice.engine)
                     report.events += batch.events
                     report.batches += 1
@@ -241,30 +263,33 @@ class Job:
             self.compactor.after_batches(path, t.name, s.ingest.compact_files, t.fan_in_shard)
         return self.finish(primary, reader, t, state, path, report, choice.engine, now, cut)
 
+    def resync_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
+                     identity: str, t: AttachedTable) -> TableReport:
+        """Copy one table again from scratch (runs.resync_tables goes over the tables)."""
+        s = self.settings
+        path, recorded, report, columns = self.open_table(primary, reader, t)
+        copies.create_target(self.ctx, primary, t, path, self.target_schema(jdbc, t, columns))
+        target.check_owner(self.spark, path, s.consumer, None if recorded else t.target_name, t.into is not None)
+        last = committed_batch(self.spark, path, self.key(t)) or 0
+        engine = self.chooser.choose(path).engine
+        state = copies.copy_table(self.ctx, primary, reader, jdbc, identity, t, columns, path, report, last, engine)
+        return self.finish(primary, reader, t, state, path, report, columns=self.fingerprint(t, columns))
+
     def key(self, t: AttachedTable) -> str:
         """What the consumer's state of table `t` goes by in its Delta table (lake/state.py)."""
-        return state_key(self.settings.consumer, t.fan_in_shard)
+        return self.ctx.key(t)
 
     def fingerprint(self, t: AttachedTable, columns: list[Column]) -> str:
-        """What the table's state keeps of the columns its Delta table was checked against: its
-        name, key and columns and what lands beside them, so that a table whose columns or
-        landing changed takes the full path (sync/idle.py), which copies it again."""
-        return fingerprint(t.name, t.key_columns, columns, " ".join(f.name for f in self.landing.fields()))
+        """RunContext.fingerprint: what the table's state keeps of the columns checked."""
+        return self.ctx.fingerprint(t, columns)
 
     def source_schema(self, jdbc: dict[str, str], t: AttachedTable, columns: list[Column]) -> "StructType":
-        """The table's Spark schema as the sync reads it (enrich.schema_of, a JDBC connection and
-        query: ~40 ms, in every run of every table), kept for this Job's later runs (a follower's)
-        while the table's columns, read anew each run, stay what they were."""
-        key = (t.name, tuple(t.key_columns), tuple(columns))
-        kept = self.schemas.get(t.table_id)
-        if kept is None or kept[0] != key:
-            kept = self.schemas[t.table_id] = (key, enrich.schema_of(self.spark, jdbc, t, columns))
-        return kept[1]
+        """The table's Spark schema as the sync reads it (RunContext.source_schema)."""
+        return self.ctx.source_schema(jdbc, t, columns)
 
     def target_schema(self, jdbc: dict[str, str], t: AttachedTable, columns: list[Column]) -> "StructType":
-        """The columns of the table's Delta table: the source's as the sync reads them, and
-        pgcdc's own (lake/landing.py)."""
-        return self.landing.schema(self.source_schema(jdbc, t, columns))
+        """The columns of the table's Delta table (RunContext.target_schema)."""
+        return self.ctx.target_schema(jdbc, t, columns)
 
     def finish(self, primary: psycopg.Connection, reader: psycopg.Connection, t: AttachedTable,
                state: ConsumerState, path: str, report: TableReport, engine: Engine | None = None,
@@ -283,7 +308,7 @@ class Job:
             state = replace(state, columns=columns)
             write_state_file(self.spark, path, state)
         if self.settings.target.history:
-            history_folds.follow(self, t, path)
+            history_folds.follow(self.ctx, self.later, t, path)
         mirror_state(primary, state, path)
         self.known[state.table_id] = (state, path)
         if engine is not None:
@@ -376,21 +401,8 @@ class Job:
 
     def committed(self, primary: psycopg.Connection, path: str, state: ConsumerState, written: Written,
                   copied: bool = False) -> ConsumerState:
-        """After a Delta commit: check that the files it added are there (an outside VACUUM with its
-        retention check off deletes a batch's files before they are committed), then copy the
-        state, with the version that holds it, next to the table and into PostgreSQL; return it."""
-        faults.failpoint("after-commit")
-        gone = tablelog.added_missing(self.spark, path, written.version)
-        if gone:
-            raise TargetError(f"{path}: data files that batch {state.batch} of {state.table} just committed are gone "
-                              f"({', '.join(gone)}, ...): something deleted them while the batch was written (a VACUUM "
-                              f"with its retention check off?); the table cannot be read until `pgcdc resync "
-                              f"{state.table}` writes it again")
-        state = replace(state, version=written.version)
-        write_state_file(self.spark, path, state)
-        faults.failpoint("after-state-file")
-        mirror_state(primary, state, path, copied)
-        return state
+        """After a Delta commit: RunContext.committed (the files checked, the state kept)."""
+        return self.ctx.committed(primary, path, state, written, copied)
 
 
 def _moved(state: ConsumerState, batch: events.Batch | None) -> ConsumerState:

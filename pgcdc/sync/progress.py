@@ -1,6 +1,6 @@
 """A chunked copy's progress (sync/chunked_copy.py) for a person and a scheduler: a bar on a terminal
 (rows, percent, rate, time left), else one log record per chunk (JSON fields with
-`--log-format json`), and the follower's gauges (`Job.on_copy`). `pgcdc status` reads the
+`--log-format json`), and the follower's gauges (`RunContext.on_copy`). `pgcdc status` reads the
 progress the last chunk committed (pgcdc.consumer_state.copy_progress)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pgcdc.log import on_terminal
 
 if TYPE_CHECKING:
-    from pgcdc.sync.ingest import Job
+    from pgcdc.sync.context import RunContext
     from pgcdc.watermark import CopyProgress
 
 
@@ -45,8 +45,8 @@ def duration(seconds: float | None) -> str:
 class Meter:
     """One table's copy progress within one run (a resumed copy starts from the rows it had)."""
 
-    def __init__(self, job: "Job", table: str, copy: "CopyProgress", rows_per_chunk: int) -> None:
-        self.job, self.table = job, table
+    def __init__(self, ctx: "RunContext", table: str, copy: "CopyProgress", rows_per_chunk: int) -> None:
+        self.ctx, self.table = ctx, table
         self.rows, self.chunks, self.total = copy.rows, copy.chunks, copy.total
         self.first_rows, self.began = copy.rows, time.monotonic()
         self.bar: Any = None
@@ -76,13 +76,13 @@ class Meter:
         else:
             message = (f"{self.table}: chunk {self.chunks} copied: {self.rows:,} rows{done}, {rate:,.0f} rows/s, "
                        f"{duration(eta)} left")
-        self.job.say(message, logging.DEBUG if self.bar is not None and copy is not None else logging.INFO,
+        self.ctx.say(message, logging.DEBUG if self.bar is not None and copy is not None else logging.INFO,
                      record="copy_chunk", table=self.table, chunk=self.chunks, rows=self.rows, total=total,
                      rows_per_second=round(rate), eta_seconds=None if eta is None else round(eta), done=copy is None)
         if self.bar is not None:
             self.bar.update(self.task, completed=self.rows, total=total or None, rate=f"{rate:,.0f}")
-        if self.job.on_copy is not None:
-            self.job.on_copy(self.table, 1.0 if copy is None else (self.rows / total if total else 0.0), eta)
+        if self.ctx.on_copy is not None:
+            self.ctx.on_copy(self.table, 1.0 if copy is None else (self.rows / total if total else 0.0), eta)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -25,7 +25,7 @@ from pgcdc.source.capture import AttachedTable
 from pgcdc.source.consumers import record_run
 from pgcdc.source.db import connect
 from pgcdc.spark.session import activate, get_session, pinned_threads, side_session
-from pgcdc.sync import copies, history_folds, pass_cut
+from pgcdc.sync import history_folds, pass_cut
 from pgcdc.sync.pass_cut import PassCut
 from pgcdc.sync.departed import remove_departed
 from pgcdc.sync.idle import pass_idle
@@ -89,7 +89,7 @@ def resync_tables(job: Job, names: list[str], restored: bool = False) -> list[Ta
             if not restored:  # (a restore's resync holds the whole consumer)
                 consumers.lease_waiting(primary, consumer, t.table_id, t.name, LEASE_WAIT)
             try:
-                reports.append(copies.resync_table(job, primary, reader, jdbc, identity, t))
+                reports.append(job.resync_table(primary, reader, jdbc, identity, t))
             finally:
                 if not restored and not primary.broken:
                     consumers.unlease(primary, consumer, [t.table_id])
@@ -136,7 +136,7 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
                     job.cut, job.later = None, None
             if cut is not None:
                 _record_cut(job, primary, cut, tables)
-            work.failed.update(history_folds.fold_later(job, later))
+            work.failed.update(history_folds.fold_later(job.ctx, later))
             reports += work.reports
             failed, elsewhere = work.failed, work.elsewhere
             if elsewhere:
@@ -320,7 +320,7 @@ def _idle(job: Job, primary: psycopg.Connection, reader: psycopg.Connection, ide
     consumer = job.settings.consumer
     got = consumers.lease(primary, consumer, [t.table_id for t in tables])
     try:
-        return pass_idle(job, primary, reader, identity, [t for t in tables if t.table_id in got])
+        return pass_idle(job.ctx, job.known, job.cut, primary, reader, identity, [t for t in tables if t.table_id in got])
     except Exception as exc:
         if primary.broken or reader.broken or job.interrupted():
             raise

@@ -29,7 +29,7 @@ from pgcdc.spark.jvm import in_background
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from pgcdc.engines import BatchWork, CopyWork
+    from pgcdc.engines.work import BatchWork, CopyWork
     from pgcdc.lake.tablelog import LogState
     from pgcdc.lake.target import Written
 
