@@ -16,10 +16,9 @@ retention limit reached meanwhile (a resync asked for) starts the copy again.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-import psycopg
 
 from pgcdc import faults
 from pgcdc.lake import landing, shards, target
@@ -28,11 +27,9 @@ from pgcdc.lake.target import Written
 from pgcdc.source import chunks, enrich, events, partitions, snapshots
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.chunks import CutKey
-from pgcdc.source.columns import Column
 from pgcdc.source.mirror import mark_committing, register_table, resync_reason
-from pgcdc.sync.context import RunContext
+from pgcdc.sync.context import RunContext, TableWork
 from pgcdc.sync.progress import Meter, reached
-from pgcdc.sync.report import TableReport
 from pgcdc.watermark import ConsumerState, CopyProgress, TxidSet
 
 if TYPE_CHECKING:
@@ -48,16 +45,15 @@ def chunk_rows(copies: "CopySettings", size: partitions.Size) -> int:
     return max(1, min(copies.chunk_rows, int(copies.chunk_mb * 1024 * 1024 / row_bytes)))
 
 
-def copy_in_chunks(ctx: RunContext, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
-                   identity: str, t: AttachedTable, columns: list[Column], path: str, report: TableReport,
-                   key: CutKey, state: ConsumerState | None, last_batch: int, size: partitions.Size) -> ConsumerState:
+def copy_in_chunks(ctx: RunContext, w: TableWork, key: CutKey, state: ConsumerState | None, last_batch: int,
+                   size: partitions.Size) -> ConsumerState:
     """Copy the table (of `size`) in chunks, from the start (`state` None or without a copy under
     way) or from where `state`'s copy got to. Returns the state after the last chunk, or the
-    state of a copy still under way if the job was asked to stop between chunks."""
-    s = ctx.settings
+    state of a copy still under way if the run was asked to stop between chunks."""
+    s, t = ctx.settings, w.t
     rows, total = chunk_rows(s.copies, size), max(0, int(size.rows))
     if state is None or state.copy is None:
-        state, first = _begin(ctx, primary, reader, identity, t, columns, path, last_batch, rows, total), True
+        state, first = _begin(ctx, w, last_batch, rows, total), True
     else:  # (resumed)
         first = False
         ctx.say(f"{t.name}: resuming its copy at {reached(state.copy.rows, state.copy.total)}, "
@@ -71,14 +67,14 @@ def copy_in_chunks(ctx: RunContext, primary: psycopg.Connection, reader: psycopg
     began, read = time.monotonic(), 0
     try:
         while True:
-            if not first and resync_reason(primary, s.consumer, t.table_id) is not None:
+            if not first and resync_reason(w.primary, s.consumer, t.table_id) is not None:
                 # (the queue may have dropped events this copy relies on: it starts again)
                 ctx.say(f"{t.name}: consumer {s.consumer} fell past the retention limit during the copy: copying "
                         "it again from the start")
-                state, first = _begin(ctx, primary, reader, identity, t, columns, path, state.batch, rows, total), True
+                state, first = _begin(ctx, w, state.batch, rows, total), True
                 assert state.copy is not None
                 meter = Meter(ctx, t.name, state.copy, rows)
-            state, n = _chunk(ctx, primary, reader, jdbc, t, columns, path, key, state, rows, parts, first)
+            state, n = _chunk(ctx, w, key, state, _Size(rows, parts), first)
             first, read = False, read + n
             meter.chunk(state.copy, n)
             if state.copy is None or ctx.stopping():
@@ -86,15 +82,14 @@ def copy_in_chunks(ctx: RunContext, primary: psycopg.Connection, reader: psycopg
             _throttle(s.copies.max_rows_per_second, read, time.monotonic() - began)
     finally:
         meter.close()
-    report.copied = (report.copied or 0) + read
+    w.report.copied = (w.report.copied or 0) + read
     return state
 
 
-def _begin(ctx: RunContext, primary: psycopg.Connection, reader: psycopg.Connection, identity: str, t: AttachedTable,
-           columns: list[Column], path: str, last_batch: int, rows: int, total: int) -> ConsumerState:
+def _begin(ctx: RunContext, w: TableWork, last_batch: int, rows: int, total: int) -> ConsumerState:
     """A new copy's starting state: registered, then its first snapshot's txmin as the watermark
     (`rows`: per chunk; `total`: the table's estimated rows, 0 if unknown)."""
-    s = ctx.settings
+    s, primary, reader, t, path = ctx.settings, w.primary, w.reader, w.t, w.path
     registered = register_table(primary, s.consumer, t.table_id, path)
 
     def first_snapshot() -> tuple[events.Snapshot, TxidSet]:
@@ -106,26 +101,35 @@ def _begin(ctx: RunContext, primary: psycopg.Connection, reader: psycopg.Connect
     snap, applied = events.once_reached(reader, registered, s.source.reader_role, first_snapshot)
     ctx.say(f"{t.name}: copying the table in chunks of {rows} rows" + (f" (~{total} rows)" if total else ""),
             record="copy_start", table=t.name, total=total)
-    state = ConsumerState(s.consumer, t.name, t.table_id, identity, snap.txmin, batch=last_batch,
-                          columns=ctx.fingerprint(t, columns), shard=t.fan_in_shard)
+    state = ConsumerState(s.consumer, t.name, t.table_id, w.identity, snap.txmin, batch=last_batch,
+                          columns=ctx.fingerprint(t, w.columns), shard=t.fan_in_shard)
     return replace(state.next(snap.txmin, applied), batch=last_batch,
                    copy=CopyProgress(None, 0, 0, total, time.time()))
 
 
-def _chunk(ctx: RunContext, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
-           t: AttachedTable, columns: list[Column], path: str, key: CutKey, state: ConsumerState, rows: int,
-           parts: int, first: bool) -> tuple[ConsumerState, int]:
-    """Read and commit the next chunk, in one snapshot of the reader held for this chunk only."""
+@dataclass(frozen=True)
+class _Size:
+    """How a copy's chunks are cut: rows a chunk, and JDBC reads (shares) a chunk."""
+
+    rows: int
+    parts: int
+
+
+def _chunk(ctx: RunContext, w: TableWork, key: CutKey, state: ConsumerState, size: _Size,
+           first: bool) -> tuple[ConsumerState, int]:
+    """Read and commit the next chunk, in one snapshot of the reader held for this chunk only
+    (`first`: the copy's first chunk, which registers it as copied)."""
+    primary, reader, t, columns, path = w.primary, w.reader, w.t, w.columns, w.path
     assert state.copy is not None
     events.wait_for_txmin(reader, state.watermark, ctx.settings.source.reader_role)
     # The bounds in a statement of their own (any snapshot will do: the ranges only have to
     # cover every key): the exporting transaction must hold no lock on the table. A TRUNCATE
     # waiting for that lock would queue the shares' locks behind its own, and the shares would
     # wait for a transaction that waits for them (on a standby, until replay cancels them).
-    chunk = chunks.next_chunk(reader, t, key, chunks.decode(state.copy.after), rows, parts)
+    chunk = chunks.next_chunk(reader, t, key, chunks.decode(state.copy.after), size.rows, size.parts)
     with snapshots.reading(reader):  # held open while Spark reads and writes the chunk: its shares share it
         exported = reader.execute("select pg_export_snapshot()").fetchone()[0]
-        frame = enrich.read_queries(ctx.spark, jdbc, t, columns,
+        frame = enrich.read_queries(ctx.spark, w.jdbc, t, columns,
                                     [chunks.range_query(t, columns, key, lo, hi) for lo, hi in chunk.ranges], exported)
         progress = None if chunk.last else replace(state.copy, after=chunks.encode(chunk.hi),
                                                   chunks=state.copy.chunks + 1, rows=state.copy.rows + chunk.rows)

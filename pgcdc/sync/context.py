@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from pgcdc import faults
@@ -35,8 +35,25 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from pgcdc.lake.target import Written
+    from pgcdc.sync.report import TableReport
 
 _log = logging.getLogger("pgcdc.sync.ingest")  # (a run's lines, whichever step says them)
+
+
+@dataclass
+class TableWork:
+    """One table's turn in a run: its connections (primary, reader, JDBC options), the
+    database's identity, the table, its columns as the reader reads them, its Delta table's
+    path and the report of what the run did to it. The steps of its sync take it whole."""
+
+    primary: "psycopg.Connection"
+    reader: "psycopg.Connection"
+    jdbc: dict[str, str]
+    identity: str
+    t: AttachedTable
+    columns: list[Column]
+    path: str
+    report: "TableReport"
 
 
 class RunContext:

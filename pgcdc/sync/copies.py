@@ -20,12 +20,11 @@ from pgcdc.errors import TargetError
 from pgcdc.lake import shards, tablelog, target
 from pgcdc.source import capture, chunks, enrich, events, partitions, snapshots
 from pgcdc.source.capture import AttachedTable
-from pgcdc.source.columns import Column, columns_of
+from pgcdc.source.columns import columns_of
 from pgcdc.source.mirror import mark_committing, register_table
-from pgcdc.sync.context import RunContext
+from pgcdc.sync.context import RunContext, TableWork
 from pgcdc.sync.chunked_copy import chunk_rows, copy_in_chunks, found_rows
 from pgcdc.sync.plan import copy_on_driver, partition_columns, whole_copy_reason
-from pgcdc.sync.report import TableReport
 from pgcdc.watermark import ConsumerState
 
 if TYPE_CHECKING:
@@ -55,10 +54,7 @@ def create_target(ctx: RunContext, primary: psycopg.Connection, t: AttachedTable
             primary.execute(lock[1], (f"pgcdc fan-in {path}",))
 
 
-def copy_table(ctx: RunContext, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
-               identity: str,
-               t: AttachedTable, columns: list[Column], path: str, report: TableReport,
-               last_batch: int, engine: Engine | None = None) -> ConsumerState:
+def copy_table(ctx: RunContext, w: TableWork, last_batch: int, engine: Engine | None = None) -> ConsumerState:
     """Copy the whole table (first sync or resync), replacing the Delta table's contents: in
     chunks where it can (sync/chunked_copy.py; the state returned may still hold a copy under way if
     the job was asked to stop), else in one snapshot, a small table by `engine` itself where it
@@ -67,6 +63,7 @@ def copy_table(ctx: RunContext, primary: psycopg.Connection, reader: psycopg.Con
     In one snapshot, all JDBC partitions read in one exported snapshot, whose txmin becomes
     the watermark: changes the snapshot does not show are in the queue above it, which keeps
     them from the registration on."""
+    reader, jdbc, t, columns, path = w.reader, w.jdbc, w.t, w.columns, w.path
     size = partitions.size(reader, t.name)
     key, uncut = chunks.cut_key(reader, t, columns)
     log = tablelog.read_state(ctx.spark, path, need_txns=False)
@@ -75,11 +72,10 @@ def copy_table(ctx: RunContext, primary: psycopg.Connection, reader: psycopg.Con
     if whole_copy_reason(log, t, ctx.target_schema(jdbc, t, columns), size, chunk_rows(ctx.settings.copies, size),
                          uncut) is None:
         assert key is not None
-        return copy_in_chunks(ctx, primary, reader, jdbc, identity, t, columns, path, report, key, None, last_batch,
-                              size)
-    registered = register_table(primary, ctx.settings.consumer, t.table_id, path)
-    return events.once_reached(reader, registered, ctx.settings.source.reader_role, lambda: _copy(
-        ctx, primary, reader, jdbc, identity, t, columns, path, report, last_batch, registered, engine, size))
+        return copy_in_chunks(ctx, w, key, None, last_batch, size)
+    registered = register_table(w.primary, ctx.settings.consumer, t.table_id, path)
+    return events.once_reached(reader, registered, ctx.settings.source.reader_role,
+                               lambda: _copy(ctx, w, last_batch, registered, engine, size))
 
 
 def _retyped_alike(ctx: RunContext, reader: psycopg.Connection, t: AttachedTable, path: str, source: "StructType",
@@ -109,12 +105,11 @@ def _retyped_alike(ctx: RunContext, reader: psycopg.Connection, t: AttachedTable
     return True
 
 
-def _copy(ctx: RunContext, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
-          identity: str,
-          t: AttachedTable, columns: list[Column], path: str, report: TableReport, last_batch: int,
-          registered: int, engine: Engine | None, size: partitions.Size) -> ConsumerState:
+def _copy(ctx: RunContext, w: TableWork, last_batch: int, registered: int, engine: Engine | None,
+          size: partitions.Size) -> ConsumerState:
     """copy_table's copy (of a table of `size`) in one snapshot of the reader, which must have
     reached `registered`."""
+    primary, reader, jdbc, t, columns, path = w.primary, w.reader, w.jdbc, w.t, w.columns, w.path
     with snapshots.reading(reader):  # held open while Spark copies: the partitions share its snapshot
         snap = events.take_snapshot(reader)
         if snap.txmin < registered:  # a standby that has not replayed the registration yet
@@ -123,7 +118,7 @@ def _copy(ctx: RunContext, primary: psycopg.Connection, reader: psycopg.Connecti
         ctx.say(f"{t.name}: copying the whole table ({size.total_pages} pages) ...")
         # the transactions at or above txmin whose changes the snapshot shows are copied too
         applied = events.visible_at_or_above(reader, t.table_id, snap)
-        state = ConsumerState(ctx.settings.consumer, t.name, t.table_id, identity, snap.txmin, batch=last_batch,
+        state = ConsumerState(ctx.settings.consumer, t.name, t.table_id, w.identity, snap.txmin, batch=last_batch,
                               columns=ctx.fingerprint(t, columns),
                               shard=t.fan_in_shard).next(snap.txmin, applied)
 
@@ -141,18 +136,15 @@ def _copy(ctx: RunContext, primary: psycopg.Connection, reader: psycopg.Connecti
             before_commit()
             written = target.overwrite(ctx.spark, path, rows, state, t.key_columns, ctx.landing, partition_columns(t))
     state = ctx.committed(primary, path, state, written, copied=True)
-    report.copied = found_rows(ctx, t, path, written, None)
+    w.report.copied = found_rows(ctx, t, path, written, None)
     return state
 
 
-def resume_copy(ctx: RunContext, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
-                identity: str, t: AttachedTable, columns: list[Column], path: str, report: TableReport,
-                state: ConsumerState, engine: Engine | None = None) -> ConsumerState:
+def resume_copy(ctx: RunContext, w: TableWork, state: ConsumerState, engine: Engine | None = None) -> ConsumerState:
     """Go on with the chunked copy `state` holds, after its last committed chunk; one whose key
     can no longer be cut (its index dropped, say) is copied again in one snapshot."""
-    key, uncut = chunks.cut_key(reader, t, columns)
+    key, uncut = chunks.cut_key(w.reader, w.t, w.columns)
     if key is None:
-        ctx.say(f"{t.name}: its copy under way cannot go on in chunks ({uncut}): copying it again in one snapshot")
-        return copy_table(ctx, primary, reader, jdbc, identity, t, columns, path, report, state.batch, engine)
-    return copy_in_chunks(ctx, primary, reader, jdbc, identity, t, columns, path, report, key, state, state.batch,
-                          partitions.size(reader, t.name))
+        ctx.say(f"{w.t.name}: its copy under way cannot go on in chunks ({uncut}): copying it again in one snapshot")
+        return copy_table(ctx, w, state.batch, engine)
+    return copy_in_chunks(ctx, w, key, state, state.batch, partitions.size(w.reader, w.t.name))

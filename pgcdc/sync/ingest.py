@@ -1,17 +1,20 @@
-"""The ingest job for one table: batch after batch, queue -> enrichment -> apply + state.
+"""The ingest job for one table: its sync as steps, read top to bottom in `Job.sync`.
 
-A run takes each table up to the txmin it saw when it started (plus, in out-of-order
-mode, the committed transactions above it). Runs of the same consumer exclude each other
-through a lease on the primary. What a table needs (copy, apply, pass) is decided in
-pgcdc/sync/plan.py, which engine applies a batch in pgcdc/engines; a copy of the whole table
-is pgcdc/sync/copies.py; the loop over the tables, and the run's bookkeeping, is
-pgcdc/sync/runs.py, which calls `Job.sync_table`.
+A run takes each table up to the txmin it saw when it started (plus, in out-of-order mode, the
+committed transactions above it). Runs of the same consumer exclude each other through a lease
+on the primary. A table's turn (`Job.sync_table`, then `Job.sync`): a copy its columns or
+options ask for (step 1), the fast path of a table with nothing to apply (2), the state its
+batches start from: a first copy, a copy in chunks resumed (3), batch after batch (4), then
+the finish: history, mirrored state, report. What a table needs is decided in
+pgcdc/sync/plan.py; a copy is pgcdc/sync/copies.py (in chunks: chunked_copy.py); one batch
+applied is pgcdc/sync/apply.py, by the engine pgcdc/engines picks. Every step receives the
+run's context (sync/context.py) and the table's work (`TableWork`), never the Job. The loop
+over the tables, and the run's bookkeeping, is pgcdc/sync/runs.py.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -19,40 +22,38 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from pgcdc import faults
-from pgcdc.engines import BatchWork, Chooser, Engine
+from pgcdc.engines import Chooser, Engine
 from pgcdc.errors import TargetError
 from pgcdc.lake import catalog, tablelog, target
 from pgcdc.lake.state import committed_batch, load_state, read_state_file, state_from_history, write_state_file
 from pgcdc.lake.target import Written
 from pgcdc.settings import Settings
-from pgcdc.source import access, enrich, events, partitions, snapshots
+from pgcdc.source import access, events, partitions, snapshots
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.columns import Column, table_columns
 from pgcdc.source.events import pending
-from pgcdc.source.mirror import mark_committing, mirror_state, mirrored
+from pgcdc.source.mirror import mirror_state, mirrored
 from pgcdc.source.sessions import RunSource, SourceConnections, run_source
 from pgcdc.spark import storage
 from pgcdc.sync import copies, history_folds
-from pgcdc.sync.context import RunContext
+from pgcdc.sync.apply import ColumnsChanged, Planned, apply_batch
+from pgcdc.sync.context import RunContext, TableWork
 from pgcdc.sync.pass_cut import PassCut, leave
-from pgcdc.sync.plan import (check_state, columns_changed, copy_reason, next_step, table_path,
+from pgcdc.sync.plan import (check_state, copy_reason, next_step, table_path,
                              with_mirror)
-from pgcdc.sync.report import UNDEFINED_COLUMN, TableReport, first_line, source_state
+from pgcdc.sync.report import TableReport
 from pgcdc.watermark import ConsumerState
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
+    from pgcdc.source.mirror import Mirrored
+
 _log = logging.getLogger(__name__)
 
 
 CHUNKS_UNDER_WAY = "a copy in chunks is under way (each chunk reads in a snapshot of its own)"  # (out of a cut)
-
-
-class ColumnsChanged(Exception):
-    """A batch read found the table's columns changed since its run checked them."""
 
 
 class Job:
@@ -140,10 +141,12 @@ class Job:
 
     def sync_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
                    identity: str, t: AttachedTable) -> TableReport:
+        """One table's turn in the pass: its Delta table made (or checked: its owner, its files),
+        then `sync`, in the pass's cut while it may still read in its snapshot."""
         s = self.settings
         path, recorded, report, columns = self.open_table(primary, reader, t)
-        source = self.target_schema(jdbc, t, columns)
-        copies.create_target(self.ctx, primary, t, path, source)
+        schema = self.target_schema(jdbc, t, columns)
+        copies.create_target(self.ctx, primary, t, path, schema)
         target.check_owner(self.spark, path, s.consumer, None if recorded else t.target_name, t.into is not None)
         if s.target.database and (name := catalog.register(self.spark, s.target.database, t.target_name, path)):
             self.say(f"{t.name}: registered in the catalog as {name}")
@@ -156,112 +159,140 @@ class Job:
         if cut is not None and not cut.enter(t.name):
             cut = leave(cut, t, cut.late(), self.routine)
         try:
-            return self.sync(primary, reader, jdbc, identity, t, cut, path, report, columns, source)
+            return self.sync(TableWork(primary, reader, jdbc, identity, t, columns, path, report), cut, schema)
         finally:
             if cut is not None:
                 cut.exit(t.name)  # (a table that failed: it reads in the snapshot no more)
 
-    def sync(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str], identity: str,
-             t: AttachedTable, cut: PassCut | None, path: str, report: TableReport, columns: list[Column],
-             source: "StructType") -> TableReport:
-        """sync_table's work once the table's Delta table is there and may be read: in the pass's
-        `cut` if given."""
-        s = self.settings
-        key, fan_in = self.key(t), t.into is not None
-        choice = self.chooser.choose(path)
-        self.routine(f"{t.name}: {choice.line()}")
-        if s.target.history:
-            history_folds.catch_up_first(self.ctx, self.later, t, path)
-        now = self.fingerprint(t, columns)
-        quick = read_state_file(self.spark, path, key)
-        copied = quick.columns if fan_in and quick is not None else ""  # (what its rows were copied with)
-        why = copy_reason(primary, self.spark, s, t, path, source, copied, now)
-        if why is not None:
-            self.say(f"{t.name}: {why}: copying the table again")
-            cut = leave(cut, t, f"copied in a snapshot of its own ({why})", self.routine)
-            copies.copy_table(self.ctx, primary, reader, jdbc, identity, t, columns, path, report,
-                              committed_batch(self.spark, path, key) or 0, choice.engine)
-            quick = read_state_file(self.spark, path, key)
-        mirror = mirrored(primary, s.consumer, [t.table_id]).get(t.table_id)
-        if quick is not None and quick.copy is None:
-            quick = with_mirror(quick, mirror)
-            if cut is not None and (refused := cut.admits(t, quick)) is not None:
-                cut = leave(cut, t, refused, self.routine)
-            batch = self.plan(reader, quick, cut=cut)
-            if batch is None or batch.events == 0:
-                # Fast path for an idle table: the state file may only lag Delta after a crash
-                # between the commit and the file write, and then the lagging state still sees
-                # the committed batch's events as pending, so it is never idle.
-                check_state(primary, quick, identity, t, path)
-                return self.finish(primary, reader, t, self.moved(path, quick, batch), path, report,
-                                   choice.engine, now, cut)
-        state = load_state(self.spark, path, key)
+    def sync(self, w: TableWork, cut: PassCut | None, schema: "StructType") -> TableReport:
+        """A table's sync, step by step, once its Delta table is there and may be read (in the
+        pass's `cut` if given; each step that leaves the cut hands on the cut it goes on with):
+        the copy its columns or options ask for, the fast path of a table with nothing to apply,
+        the state its batches start from (a first copy, a copy in chunks resumed), the batches,
+        then the finish (history, mirrored state, report)."""
+        choice = self.chooser.choose(w.path)
+        self.routine(f"{w.t.name}: {choice.line()}")
+        if self.settings.target.history:
+            history_folds.catch_up_first(self.ctx, self.later, w.t, w.path)
+        now = self.fingerprint(w.t, w.columns)
+        quick, cut = self._copy_if_changed(w, cut, schema, now, choice.engine)
+        mirror = mirrored(w.primary, self.settings.consumer, [w.t.table_id]).get(w.t.table_id)
+        idle, cut = self._idle(w, quick, mirror, cut)
+        if idle is not None:
+            return self.finish(w, idle, choice.engine, now, cut)
+        state, cut = self._start(w, mirror, cut, choice.engine)
+        state, cut = self._batches(w, state, cut, choice.engine)
+        return self.finish(w, state, choice.engine, now, cut)
+
+    def _copy_if_changed(self, w: TableWork, cut: PassCut | None, schema: "StructType", now: str,
+                         engine: Engine) -> tuple[ConsumerState | None, PassCut | None]:
+        """Step 1: copy the table if its columns or options changed since its Delta table was
+        written (plan.copy_reason); the state its state file holds then."""
+        key = self.key(w.t)
+        quick = read_state_file(self.spark, w.path, key)
+        copied = quick.columns if w.t.into is not None and quick is not None else ""  # (what its rows were copied with)
+        why = copy_reason(w.primary, self.spark, self.settings, w.t, w.path, schema, copied, now)
+        if why is None:
+            return quick, cut
+        self.say(f"{w.t.name}: {why}: copying the table again")
+        cut = leave(cut, w.t, f"copied in a snapshot of its own ({why})", self.routine)
+        copies.copy_table(self.ctx, w, committed_batch(self.spark, w.path, key) or 0, engine)
+        return read_state_file(self.spark, w.path, key), cut
+
+    def _idle(self, w: TableWork, quick: ConsumerState | None, mirror: "Mirrored | None",
+              cut: PassCut | None) -> tuple[ConsumerState | None, PassCut | None]:
+        """Step 2: the fast path for a table with nothing to apply, from its state file alone: the
+        state moved past the empty batch, or None (the table takes the next steps). The state
+        file may only lag Delta after a crash between the commit and the file write, and then
+        the lagging state still sees the committed batch's events as pending, so it is never idle."""
+        if quick is None or quick.copy is not None:
+            return None, cut
+        quick = with_mirror(quick, mirror)
+        if cut is not None and (refused := cut.admits(w.t, quick)) is not None:
+            cut = leave(cut, w.t, refused, self.routine)
+        batch = self.plan(w.reader, quick, cut=cut)
+        if batch is not None and batch.events > 0:
+            return None, cut
+        check_state(w.primary, quick, w.identity, w.t, w.path)
+        return self.moved(w.path, quick, batch), cut
+
+    def _start(self, w: TableWork, mirror: "Mirrored | None", cut: PassCut | None,
+               engine: Engine) -> tuple[ConsumerState, PassCut | None]:
+        """Step 3: the state the batches start from: the committed one (checked against the
+        database: plan.check_state), a first copy's, or that of a copy in chunks resumed."""
+        state = load_state(self.spark, w.path, self.key(w.t))
         if state is not None:
             state = with_mirror(state, mirror)
         if state is None:
-            cut = leave(cut, t, "copied in a snapshot of its own (its first copy)", self.routine)
-            state = copies.copy_table(self.ctx, primary, reader, jdbc, identity, t, columns, path, report, 0, choice.engine)
+            cut = leave(cut, w.t, "copied in a snapshot of its own (its first copy)", self.routine)
+            state = copies.copy_table(self.ctx, w, 0, engine)
         elif state.copy is not None:  # a copy in chunks that a kill or a stop left under way
-            cut = leave(cut, t, CHUNKS_UNDER_WAY, self.routine)
-            check_state(primary, state, identity, t, path)
-            state = copies.resume_copy(self.ctx, primary, reader, jdbc, identity, t, columns, path, report, state,
-                                       choice.engine)
-        elif cut is not None and (refused := cut.admits(t, state)) is not None:
-            cut = leave(cut, t, refused, self.routine)
-        check_state(primary, state, identity, t, path)
+            cut = leave(cut, w.t, CHUNKS_UNDER_WAY, self.routine)
+            check_state(w.primary, state, w.identity, w.t, w.path)
+            state = copies.resume_copy(self.ctx, w, state, engine)
+        elif cut is not None and (refused := cut.admits(w.t, state)) is not None:
+            cut = leave(cut, w.t, refused, self.routine)
+        check_state(w.primary, state, w.identity, w.t, w.path)
+        return state, cut
 
+    def _batches(self, w: TableWork, state: ConsumerState, cut: PassCut | None,
+                 engine: Engine) -> tuple[ConsumerState, PassCut | None]:
+        """Step 4: batch after batch, each planned in a snapshot (the pass's while it may), until
+        the run's horizon, a stop request, or a copy under way (asked to stop between chunks);
+        a long backlog's small files compacted on the way, the batches' after."""
+        s, t = self.settings, w.t
         start: events.Snapshot | None = None
         compacted_at = 0  # (report.batches when the table's small files were last looked at)
-        while state.copy is None:  # (a copy still under way: the job was asked to stop between its chunks)
+        while state.copy is None:
             if cut is not None and not cut.open():
                 cut = leave(cut, t, cut.late(), self.routine)
-            with snapshots.reading(reader, None if cut is None else cut.held):
-                snap = events.take_snapshot(reader)
-                batch = self.plan(reader, state, snap)
-                size = partitions.size(reader, t.name)
+            with snapshots.reading(w.reader, None if cut is None else cut.held):
+                snap = events.take_snapshot(w.reader)
+                batch = self.plan(w.reader, state, snap)
+                size = partitions.size(w.reader, t.name)
             start = start or snap
-            assert start is not None
             if batch is None:
                 break
-            step = next_step(batch, size.rows, s.ingest.recopy_fraction)
-            if step.kind == "copy":
-                self.say(f"{t.name}: batch holds {step.why}: copying the table instead of applying the batch")
-                cut = leave(cut, t, f"copied in a snapshot of its own (a batch holding {step.why})", self.routine)
-                state = copies.copy_table(self.ctx, primary, reader, jdbc, identity, t, columns, path, report,
-                                          state.batch, choice.engine)
-                report.events += batch.events
-                report.batches += 1
-            elif step.kind == "pass":
-                # nothing of this table below the new watermark: no Delta commit; the mirror
-                # (written below) may move ahead: the events retention then drops are not this table's
-                state = self.moved(path, state, batch)
-            else:
-                row_bytes = size.bytes / max(size.rows, 1)  # (rows is -1 before the first analyze)
-                try:
-                    state = self.apply_batch(choice.engine, primary, reader, jdbc, t, columns, batch, snap,
-                                             row_bytes, state, path, report, cut)
-                except ColumnsChanged as changed:  # DDL since the run began; the copy covers this batch
-                    self.say(f"{t.name}: its columns changed while this run read it ({changed}): copying the "
-                             "table again")
-                    cut = leave(cut, t, f"copied in a snapshot of its own (its columns changed: {changed})", self.routine)
-                    columns = table_columns(reader, t.name)
-                    state = copies.copy_table(self.ctx, primary, reader, jdbc, identity, t, columns, path, report,
-                                              state.batch, choice.engine)
-                    report.events += batch.events
-                    report.batches += 1
+            state, cut, w = self._batch(w, state, cut, engine, Planned(batch, snap, size))
             if batch.next_txid is None or batch.next_txid >= self.horizon(start):  # (None: caught up)
                 break
             if self.stopping():
                 cut = leave(cut, t, "the run was asked to stop before the table caught up", self.routine)
                 break
-            if 0 < s.ingest.compact_files <= report.batches - compacted_at:  # a long backlog: compact on the way
-                self.compactor.between_batches(path, t.name, s.ingest.compact_files, t.fan_in_shard)
-                compacted_at = report.batches
+            if 0 < s.ingest.compact_files <= w.report.batches - compacted_at:  # a long backlog: compact on the way
+                self.compactor.between_batches(w.path, t.name, s.ingest.compact_files, t.fan_in_shard)
+                compacted_at = w.report.batches
         if state.copy is not None:
             cut = leave(cut, t, CHUNKS_UNDER_WAY, self.routine)
-        if report.batches and not self.stopping():  # (each batch added files)
-            self.compactor.after_batches(path, t.name, s.ingest.compact_files, t.fan_in_shard)
-        return self.finish(primary, reader, t, state, path, report, choice.engine, now, cut)
+        if w.report.batches and not self.stopping():  # (each batch added files)
+            self.compactor.after_batches(w.path, t.name, s.ingest.compact_files, t.fan_in_shard)
+        return state, cut
+
+    def _batch(self, w: TableWork, state: ConsumerState, cut: PassCut | None, engine: Engine,
+               planned: Planned) -> tuple[ConsumerState, PassCut | None, TableWork]:
+        """One batch, as plan.next_step decides: passed (nothing of this table below the new
+        watermark: no Delta commit), applied, or copied instead (past recopy_fraction, or the
+        table's columns changed while the run read it: then with its columns as they are)."""
+        batch, snap, size = planned
+        step = next_step(batch, size.rows, self.settings.ingest.recopy_fraction)
+        if step.kind == "pass":  # (the mirror may move ahead: the events retention then drops are not its)
+            return self.moved(w.path, state, batch), cut, w
+        if step.kind == "apply":
+            try:
+                return apply_batch(self.ctx, engine, w, planned, state, cut), cut, w
+            except ColumnsChanged as changed:  # DDL since the run began; the copy covers this batch
+                self.say(f"{w.t.name}: its columns changed while this run read it ({changed}): copying the "
+                         "table again")
+                why = f"its columns changed: {changed}"
+                w = replace(w, columns=table_columns(w.reader, w.t.name))
+        else:
+            self.say(f"{w.t.name}: batch holds {step.why}: copying the table instead of applying the batch")
+            why = f"a batch holding {step.why}"
+        cut = leave(cut, w.t, f"copied in a snapshot of its own ({why})", self.routine)
+        state = copies.copy_table(self.ctx, w, state.batch, engine)
+        w.report.events += batch.events
+        w.report.batches += 1
+        return state, cut, w
 
     def resync_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
                      identity: str, t: AttachedTable) -> TableReport:
@@ -272,8 +303,8 @@ class Job:
         target.check_owner(self.spark, path, s.consumer, None if recorded else t.target_name, t.into is not None)
         last = committed_batch(self.spark, path, self.key(t)) or 0
         engine = self.chooser.choose(path).engine
-        state = copies.copy_table(self.ctx, primary, reader, jdbc, identity, t, columns, path, report, last, engine)
-        return self.finish(primary, reader, t, state, path, report, columns=self.fingerprint(t, columns))
+        w = TableWork(primary, reader, jdbc, identity, t, columns, path, report)
+        return self.finish(w, copies.copy_table(self.ctx, w, last, engine), columns=self.fingerprint(t, columns))
 
     def key(self, t: AttachedTable) -> str:
         """What the consumer's state of table `t` goes by in its Delta table (lake/state.py)."""
@@ -291,15 +322,15 @@ class Job:
         """The columns of the table's Delta table (RunContext.target_schema)."""
         return self.ctx.target_schema(jdbc, t, columns)
 
-    def finish(self, primary: psycopg.Connection, reader: psycopg.Connection, t: AttachedTable,
-               state: ConsumerState, path: str, report: TableReport, engine: Engine | None = None,
-               columns: str = "", cut: PassCut | None = None) -> TableReport:
-        """Bring the table's history up to its Delta table (lake/history.py), mirror the state (also
-        tells `pgcdc status` this run happened), let the engine tidy its own files, and report.
-        `columns`: the fingerprint of the columns its Delta table was checked against in this run,
-        kept in the state file for the next passes (sync/idle.py); `cut`: the pass's cut, which the
-        table joins at the version holding its state (found in its history for a state written
-        by an older pgcdc)."""
+    def finish(self, w: TableWork, state: ConsumerState, engine: Engine | None = None, columns: str = "",
+               cut: PassCut | None = None) -> TableReport:
+        """The last step: bring the table's history up to its Delta table (lake/history.py), mirror
+        the state (also tells `pgcdc status` this run happened), let the engine tidy its own files,
+        and report. `columns`: the fingerprint of the columns its Delta table was checked against
+        in this run, kept in the state file for the next passes (sync/idle.py); `cut`: the pass's
+        cut, which the table joins at the version holding its state (found in its history for a
+        state written by an older pgcdc)."""
+        t, path, report = w.t, w.path, w.report
         if cut is not None and state.version is None and (found := state_from_history(
                 self.spark, path, state.key, state.batch)) is not None:
             state = replace(state, version=found.version)
@@ -309,12 +340,12 @@ class Job:
             write_state_file(self.spark, path, state)
         if self.settings.target.history:
             history_folds.follow(self.ctx, self.later, t, path)
-        mirror_state(primary, state, path)
+        mirror_state(w.primary, state, path)
         self.known[state.table_id] = (state, path)
         if engine is not None:
             engine.finish(path)
         report.watermark = state.watermark
-        report.pending_events, report.oldest_pending = pending(reader, state)
+        report.pending_events, report.oldest_pending = pending(w.reader, state)
         if cut is not None:
             cut.join(t, path, state)
         if report.wrote:
@@ -348,56 +379,6 @@ class Job:
                 return self.plan(reader, state, events.take_snapshot(reader))
         return events.plan_batch(reader, snap, state, out_of_order=s.mode == "out_of_order",
                                  max_events=s.max_events_per_batch, max_keys=s.max_keys_per_batch)
-
-    def apply_batch(self, engine: Engine, primary: psycopg.Connection, reader: psycopg.Connection,
-                    jdbc: dict[str, str], t: AttachedTable, columns: list[Column], batch: events.Batch,
-                    snap: events.Snapshot, row_bytes: float, state: ConsumerState, path: str,
-                    report: TableReport, cut: PassCut | None = None) -> ConsumerState:
-        """Apply one batch with `engine`, then copy its state next to the table and into PostgreSQL.
-        In a pass's cut, every read of the batch's rows (Spark's and the driver's) is in its snapshot
-        (the queue's rows of a batch are the same in any later one)."""
-        s = self.settings.ingest
-        began = time.monotonic()
-        partitions = enrich.batch_partitions(batch.keys, s.small_batch_keys, s.jdbc_partitions,
-                                             self.spark.sparkContext.defaultParallelism)
-        new_state = batch.next_state(state)
-
-        def check(schema: "StructType") -> None:  # the JDBC relation's columns, once Spark reads it
-            changed = columns_changed(self.spark, self.settings, t, path, self.landing.schema(schema)) \
-                if t.into is None else \
-                target.schema_change(self.source_schema(jdbc, t, columns), schema)
-            if changed is not None:
-                raise ColumnsChanged(changed)
-
-        def read() -> enrich.BatchRead:
-            # the rows' schema is the one this run checked against the Delta table (same columns)
-            rows = enrich.read_batch(self.spark, jdbc, t, columns, batch, partitions, snap.replayed,
-                                     self.source_schema(jdbc, t, columns), check, txids=self.landing.metadata,
-                                     snapshot=None if cut is None else cut.held.exported)
-            faults.failpoint("before-merge")
-            return rows
-
-        try:
-            written = engine.apply(BatchWork(self.spark, path, t, columns, batch, reader, row_bytes, s, new_state,
-                                             read, lambda: mark_committing(primary, new_state, path), self.landing,
-                                             None if cut is None else cut.held))
-        except Exception as exc:  # a column renamed or dropped after the run checked them: a copy covers it
-            if source_state(exc) != UNDEFINED_COLUMN:
-                raise
-            raise ColumnsChanged(first_line(exc)) from exc
-        faults.failpoint("after-merge")
-        new_state = self.committed(primary, path, new_state, written)
-        seconds = round(time.monotonic() - began, 3)
-        self.say(f"{t.name}: batch {new_state.batch} applied by {engine.name}: {batch.events} events, {batch.keys} keys, "
-                 f"{written.upserted} upserted, {written.deleted} deleted; watermark {new_state.watermark} "
-                 f"({seconds:.2f} s)", record="batch", table=t.name, batch=new_state.batch, engine=engine.name,
-                 events=batch.events, keys=batch.keys, upserted=written.upserted, deleted=written.deleted,
-                 watermark=new_state.watermark, seconds=seconds)
-        report.batches += 1
-        report.events += batch.events
-        report.upserted += written.upserted
-        report.deleted += written.deleted
-        return new_state
 
     def committed(self, primary: psycopg.Connection, path: str, state: ConsumerState, written: Written,
                   copied: bool = False) -> ConsumerState:
