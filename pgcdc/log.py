@@ -1,8 +1,9 @@
 """pgcdc's log: one logger per module under "pgcdc", written to stderr as text lines or as one
 JSON object per line (`--log-format json`, PGCDC_LOG_FORMAT), for a person or a log shipper.
 
-A record may carry fields (`fields(table=..., rows=...)`): the JSON format puts them at the
-top level of its object; the text format shows only the message, which says the same in words.
+A line may carry a machine-readable record (pgcdc/records.py, `extra=fields(record)`): the JSON
+format puts its fields at the top level of its object; the text format shows only the message,
+which says the same in words.
 Every record passes a filter that masks the secrets of the loaded settings (DSN passwords,
 secret Spark confs), should a driver or a library ever echo one.
 """
@@ -20,6 +21,7 @@ from pgcdc.errors import ConfigError
 from pgcdc.settings import SECRET_CONF
 
 if TYPE_CHECKING:
+    from pgcdc.records import Record
     from pgcdc.settings import Settings
 
 FORMATS = ("text", "json")
@@ -29,9 +31,10 @@ _secrets: set[str] = set()
 _format = {"fmt": "text"}  # the format `setup` chose last
 
 
-def fields(**values: Any) -> dict[str, Any]:
-    """`extra=` for a record that carries machine-readable fields: log.info(msg, extra=fields(...))."""
-    return {"fields": values}
+def fields(record: "Record | None") -> dict[str, Any]:
+    """`extra=` for a log line that carries a machine-readable record (pgcdc/records.py):
+    log.info(msg, extra=fields(records.Batch(...)))."""
+    return {"fields": record.fields()} if record is not None else {}
 
 
 class _JsonFormatter(logging.Formatter):

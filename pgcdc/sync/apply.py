@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
-from pgcdc import faults
+from pgcdc import faults, records
 from pgcdc.engines import BatchWork, Engine
 from pgcdc.lake import target
 from pgcdc.source import enrich, events, partitions
@@ -78,9 +78,9 @@ def apply_batch(ctx: RunContext, engine: Engine, w: TableWork, planned: Planned,
     seconds = round(time.monotonic() - began, 3)
     ctx.say(f"{t.name}: batch {new_state.batch} applied by {engine.name}: {batch.events} events, {batch.keys} keys, "
             f"{written.upserted} upserted, {written.deleted} deleted; watermark {new_state.watermark} "
-            f"({seconds:.2f} s)", record="batch", table=t.name, batch=new_state.batch, engine=engine.name,
-            events=batch.events, keys=batch.keys, upserted=written.upserted, deleted=written.deleted,
-            watermark=new_state.watermark, seconds=seconds)
+            f"({seconds:.2f} s)", record=records.Batch(t.name, new_state.batch, engine.name, batch.events, batch.keys,
+                                                      written.upserted, written.deleted, new_state.watermark,
+                                                      seconds))
     report.batches += 1
     report.events += batch.events
     report.upserted += written.upserted

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 
-from pgcdc import faults
+from pgcdc import faults, records
 from pgcdc.lake import landing, shards, target
 from pgcdc.lake.paths import spark_ident
 from pgcdc.lake.target import Written
@@ -59,8 +59,7 @@ def copy_in_chunks(ctx: RunContext, w: TableWork, key: CutKey, state: ConsumerSt
         ctx.say(f"{t.name}: resuming its copy at {reached(state.copy.rows, state.copy.total)}, "
                 f"chunk {state.copy.chunks + 1}"
                 + (f" of ~{max(state.copy.chunks + 1, round(state.copy.total / rows))}" if state.copy.total else ""),
-                record="copy_resume", table=t.name, chunk=state.copy.chunks + 1, rows=state.copy.rows,
-                total=state.copy.total)
+                record=records.CopyResume(t.name, state.copy.chunks + 1, state.copy.rows, state.copy.total))
     assert state.copy is not None
     meter = Meter(ctx, t.name, state.copy, rows)
     parts = max(1, min(s.ingest.jdbc_partitions, ctx.spark.sparkContext.defaultParallelism))
@@ -100,7 +99,7 @@ def _begin(ctx: RunContext, w: TableWork, last_batch: int, rows: int, total: int
             return snap, events.visible_at_or_above(reader, t.table_id, snap)
     snap, applied = events.once_reached(reader, registered, s.source.reader_role, first_snapshot)
     ctx.say(f"{t.name}: copying the table in chunks of {rows} rows" + (f" (~{total} rows)" if total else ""),
-            record="copy_start", table=t.name, total=total)
+            record=records.CopyStart(t.name, total))
     state = ConsumerState(s.consumer, t.name, t.table_id, w.identity, snap.txmin, batch=last_batch,
                           columns=ctx.fingerprint(t, w.columns), shard=t.fan_in_shard)
     return replace(state.next(snap.txmin, applied), batch=last_batch,

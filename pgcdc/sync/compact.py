@@ -20,7 +20,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pgcdc import faults
+from pgcdc import faults, records
 from pgcdc.errors import ConfigError, TargetError
 from pgcdc.lake import history, shards, tablelog, target
 from pgcdc.log import fields
@@ -98,9 +98,8 @@ def _compact_path(spark: "SparkSession", name: str, path: str, where: str | None
     result.files_removed, result.files_added = optimize(spark, path, where=where)
     result.vacuumed = _vacuum(spark, DeltaTable.forPath(spark, path), path, retain_hours)
     seconds = round(time.monotonic() - began, 3)
-    _log.info(result.line(), extra=fields(record="compact", table=name, path=path, seconds=seconds,
-                                          files_removed=result.files_removed, files_added=result.files_added,
-                                          vacuumed=result.vacuumed))
+    _log.info(result.line(), extra=fields(records.Compact(name, path, seconds, result.files_removed,
+                                                          result.files_added, result.vacuumed)))
     return result
 
 
@@ -170,8 +169,7 @@ def small_files(spark: "SparkSession", path: str, name: str, why: str, shard: in
     faults.failpoint("after-compact")
     seconds = round(time.monotonic() - began, 3)
     _log.info("%s: %s: OPTIMIZE rewrote %d file(s) into %d (%.2f s)", name, why, removed, added, seconds,
-              extra=fields(record="compact", table=name, path=path, seconds=seconds, files_removed=removed,
-                           files_added=added, vacuumed=0))
+              extra=fields(records.Compact(name, path, seconds, removed, added, 0)))
     return Compacted(name, path, removed, added)
 
 

@@ -21,6 +21,7 @@ from pgcdc.lake import tablelog
 from pgcdc.lake.landing import Landing
 from pgcdc.lake.state import write_state_file
 from pgcdc.log import fields
+from pgcdc.records import Record
 from pgcdc.settings import Settings
 from pgcdc.source import enrich
 from pgcdc.source.capture import AttachedTable
@@ -71,9 +72,9 @@ class RunContext:
         self.on_copy: Callable[[str, float, float | None], None] | None = None  # (table, done 0-1, seconds left)
         self.schemas: dict[int, tuple[object, "StructType"]] = {}  # by table id: its columns and their Spark schema
 
-    def say(self, message: str, level: int = logging.INFO, **values: object) -> None:
-        """Log one line (with machine-readable `values` for the JSON format)."""
-        _log.log(level, message, extra=fields(**values))
+    def say(self, message: str, level: int = logging.INFO, record: Record | None = None) -> None:
+        """Log one line (with its machine-readable `record` for the JSON format)."""
+        _log.log(level, message, extra=fields(record))
         if self.sink is not None and level >= logging.INFO:
             self.sink(message)
 

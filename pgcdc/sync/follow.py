@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
+from pgcdc import records
 from pgcdc.errors import FAILURE, BusyError, PgcdcError, SourceError
 from pgcdc.log import fields
 from pgcdc.settings import Settings
@@ -122,8 +123,7 @@ class Follower:
                 pause = runs.failed()
                 level = logging.WARNING if isinstance(exc, SourceError) else logging.ERROR
                 _log.log(level, "run failed (%d in a row): %s; trying again in %.0f s", runs.failures,
-                         first_line(exc), pause, extra=fields(record="run_failed", error=first_line(exc),
-                                                              failures=runs.failures))
+                         first_line(exc), pause, extra=fields(records.RunFailed(first_line(exc), runs.failures)))
                 if self.metrics is not None:
                     self.metrics.run_failed()
                 continue

@@ -9,6 +9,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
+from pgcdc import records
 from pgcdc.lake import catalog, history, shards
 from pgcdc.sync.context import RunContext
 from pgcdc.sync.report import first_line
@@ -66,8 +67,7 @@ def fold_later(ctx: RunContext, later: Later) -> dict[str, Exception]:
             fold(ctx, t, path)
         except Exception as exc:
             name = f"{t.target_name} (history)"
-            ctx.say(f"{name}: FAILED: {first_line(exc)}", logging.ERROR, record="table_failed", table=name,
-                    error=first_line(exc))
+            ctx.say(f"{name}: FAILED: {first_line(exc)}", logging.ERROR, records.TableFailed(name, first_line(exc)))
             failed[name] = exc
     return failed
 
@@ -80,8 +80,7 @@ def fold(ctx: RunContext, t: "AttachedTable", path: str) -> None:
     folded = history.catch_up(ctx.spark, path, keys, ctx.landing.soft_deletes, ctx.settings.consumer, name,
                               t.leaves_out, alone=t.into is None)  # (a fan-in's: other workers may fold it)
     if folded is not None:
-        ctx.say(folded.line(label), record="history", table=label, opened=folded.opened, closed=folded.closed,
-                mirror_version=folded.last)
+        ctx.say(folded.line(label), record=records.History(label, folded.opened, folded.closed, folded.last))
         # (its small files, as the table's: one commit a run adds some)
         ctx.compactor.after_batches(history.history_path(path), f"{label} (history)", ctx.settings.ingest.compact_files)
     database = ctx.settings.target.database

@@ -27,6 +27,7 @@ from pgcdc.errors import TargetError
 from pgcdc.lake import catalog, tablelog, target
 from pgcdc.lake.state import committed_batch, load_state, read_state_file, state_from_history, write_state_file
 from pgcdc.lake.target import Written
+from pgcdc.records import Record
 from pgcdc.settings import Settings
 from pgcdc.source import access, events, partitions, snapshots
 from pgcdc.source.capture import AttachedTable
@@ -116,9 +117,9 @@ class Job:
         for lane in self.lanes:
             lane.close()
 
-    def say(self, message: str, level: int = logging.INFO, **values: object) -> None:
-        """Log one line (with machine-readable `values` for the JSON format)."""
-        self.ctx.say(message, level, **values)
+    def say(self, message: str, level: int = logging.INFO, record: Record | None = None) -> None:
+        """Log one line (with its machine-readable `record` for the JSON format)."""
+        self.ctx.say(message, level, record)
 
     def routine(self, message: str) -> None:
         """A line a follower repeats every run: DEBUG there, INFO in a single run."""
@@ -349,7 +350,7 @@ class Job:
         if cut is not None:
             cut.join(t, path, state)
         if report.wrote:
-            self.say(report.line(), logging.INFO, **report.fields())
+            self.say(report.line(), logging.INFO, report.record())
         else:
             self.routine(report.line())
         return report

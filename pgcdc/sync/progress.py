@@ -11,6 +11,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from pgcdc import records
 from pgcdc.log import on_terminal
 
 if TYPE_CHECKING:
@@ -77,8 +78,8 @@ class Meter:
             message = (f"{self.table}: chunk {self.chunks} copied: {self.rows:,} rows{done}, {rate:,.0f} rows/s, "
                        f"{duration(eta)} left")
         self.ctx.say(message, logging.DEBUG if self.bar is not None and copy is not None else logging.INFO,
-                     record="copy_chunk", table=self.table, chunk=self.chunks, rows=self.rows, total=total,
-                     rows_per_second=round(rate), eta_seconds=None if eta is None else round(eta), done=copy is None)
+                     records.CopyChunk(self.table, self.chunks, self.rows, total, round(rate),
+                                       None if eta is None else round(eta), copy is None))
         if self.bar is not None:
             self.bar.update(self.task, completed=self.rows, total=total or None, rate=f"{rate:,.0f}")
         if self.ctx.on_copy is not None:

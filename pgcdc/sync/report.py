@@ -9,6 +9,8 @@ from datetime import datetime
 
 import psycopg
 
+from pgcdc import records
+
 
 @dataclass
 class TableReport:
@@ -30,8 +32,9 @@ class TableReport:
         """Whether the run wrote to the table (a batch or a copy)."""
         return bool(self.batches) or self.copied is not None
 
-    def fields(self) -> dict[str, object]:
-        return {"record": "table"} | asdict(self)
+    def record(self) -> records.TableDone:
+        """The machine-readable record of what the run did to the table."""
+        return records.TableDone(**asdict(self))
 
     def line(self) -> str:
         what = f"copied {self.copied} rows, then " if self.copied is not None else ""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
+from pgcdc import records
 from pgcdc.errors import StoppedError
 from pgcdc.lake.paths import check_target_root
 from pgcdc.log import fields
@@ -168,9 +169,8 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
     _log.log(logging.INFO if any(r.wrote for r in reports) or failed or not job.following else logging.DEBUG,
              "run of consumer %s: %d table(s) synced, %d failed; %d events in %d batches (%.2f s)",
              job.settings.consumer, len(reports), len(failed), events_, batches, seconds,
-             extra=fields(record="run", consumer=job.settings.consumer, tables=len(reports), failed=sorted(failed),
-                          batches=batches, events=events_, upserted=sum(r.upserted for r in reports),
-                          deleted=sum(r.deleted for r in reports), seconds=seconds))
+             extra=fields(records.Run(job.settings.consumer, len(reports), sorted(failed), batches, events_,
+                                      sum(r.upserted for r in reports), sum(r.deleted for r in reports), seconds)))
     return reports, failed
 
 
@@ -183,18 +183,18 @@ def _cut(job: Job, primary: psycopg.Connection, tables: list[AttachedTable]) -> 
         yield None
         return
     with pass_cut.taken(primary, lambda: connect(s.source.reader_dsn, role=s.source.reader_role, reader=True),
-                   s.consumer, tables, s.ingest.cut_seconds) as cut:
+                        s.consumer, tables, s.ingest.cut_seconds) as cut:
         yield cut
 
 
 def _record_cut(job: Job, primary: psycopg.Connection, cut: PassCut, tables: list[AttachedTable]) -> None:
     """Write the pass's cut to the lake and say what it holds."""
     made = pass_cut.write(job.spark, job.settings.target.root, job.settings.consumer, cut, tables,
-                     capture.list_attached(primary))
+                          capture.list_attached(primary))
     line = f"cut {made.name}: {len(made.tables)} Delta table(s) agree as of one snapshot"
     if made.left_out:
         job.say(f"{line}; left out: " + "; ".join(f"{n}: {why}" for n, why in sorted(made.left_out.items())),
-                record="cut", cut=made.name, tables=len(made.tables), left_out=sorted(made.left_out))
+                record=records.Cut(made.name, len(made.tables), sorted(made.left_out)))
     else:
         job.routine(line)
 
@@ -289,7 +289,7 @@ def _apply(job: Job, primary: psycopg.Connection, reader: psycopg.Connection, jd
             if primary.broken or reader.broken or job.interrupted():
                 raise  # (the connection itself, or a stop at once: no other table goes on)
             job.say(f"{t.name}: FAILED: {first_line(exc)}{RACED if raced(exc) else ''}", logging.ERROR,
-                    record="table_failed", table=t.name, error=first_line(exc))
+                    records.TableFailed(t.name, first_line(exc)))
             work.failed[t.name] = exc
             if job.cut is not None:
                 job.cut.leave(t, f"it failed: {first_line(exc)}")
