@@ -6,6 +6,7 @@ columns changed since the run checked them raises ColumnsChanged, and the run co
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -22,6 +23,9 @@ from pgcdc.watermark import ConsumerState
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
+
+
+_log = logging.getLogger(__name__)
 
 
 class ColumnsChanged(Exception):
@@ -80,7 +84,7 @@ def apply_batch(ctx: RunContext, engine: Engine, w: TableWork, planned: Planned,
             f"{written.upserted} upserted, {written.deleted} deleted; watermark {new_state.watermark} "
             f"({seconds:.2f} s)", record=records.Batch(t.name, new_state.batch, engine.name, batch.events, batch.keys,
                                                       written.upserted, written.deleted, new_state.watermark,
-                                                      seconds))
+                                                      seconds), log=_log)
     report.batches += 1
     report.events += batch.events
     report.upserted += written.upserted

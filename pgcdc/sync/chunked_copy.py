@@ -15,6 +15,7 @@ retention limit reached meanwhile (a resync asked for) starts the copy again.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -34,6 +35,9 @@ from pgcdc.watermark import ConsumerState, CopyProgress, TxidSet
 
 if TYPE_CHECKING:
     from pgcdc.settings import CopySettings
+
+
+_log = logging.getLogger(__name__)
 
 
 def chunk_rows(copies: "CopySettings", size: partitions.Size) -> int:
@@ -59,7 +63,7 @@ def copy_in_chunks(ctx: RunContext, w: TableWork, key: CutKey, state: ConsumerSt
         ctx.say(f"{t.name}: resuming its copy at {reached(state.copy.rows, state.copy.total)}, "
                 f"chunk {state.copy.chunks + 1}"
                 + (f" of ~{max(state.copy.chunks + 1, round(state.copy.total / rows))}" if state.copy.total else ""),
-                record=records.CopyResume(t.name, state.copy.chunks + 1, state.copy.rows, state.copy.total))
+                record=records.CopyResume(t.name, state.copy.chunks + 1, state.copy.rows, state.copy.total), log=_log)
     assert state.copy is not None
     meter = Meter(ctx, t.name, state.copy, rows)
     parts = max(1, min(s.ingest.jdbc_partitions, ctx.spark.sparkContext.defaultParallelism))
@@ -69,7 +73,7 @@ def copy_in_chunks(ctx: RunContext, w: TableWork, key: CutKey, state: ConsumerSt
             if not first and resync_reason(w.primary, s.consumer, t.table_id) is not None:
                 # (the queue may have dropped events this copy relies on: it starts again)
                 ctx.say(f"{t.name}: consumer {s.consumer} fell past the retention limit during the copy: copying "
-                        "it again from the start")
+                        "it again from the start", log=_log)
                 state, first = _begin(ctx, w, state.batch, rows, total), True
                 assert state.copy is not None
                 meter = Meter(ctx, t.name, state.copy, rows)
@@ -99,7 +103,7 @@ def _begin(ctx: RunContext, w: TableWork, last_batch: int, rows: int, total: int
             return snap, events.visible_at_or_above(reader, t.table_id, snap)
     snap, applied = events.once_reached(reader, registered, s.source.reader_role, first_snapshot)
     ctx.say(f"{t.name}: copying the table in chunks of {rows} rows" + (f" (~{total} rows)" if total else ""),
-            record=records.CopyStart(t.name, total))
+            record=records.CopyStart(t.name, total), log=_log)
     state = ConsumerState(s.consumer, t.name, t.table_id, w.identity, snap.txmin, batch=last_batch,
                           columns=ctx.fingerprint(t, w.columns), shard=t.fan_in_shard)
     return replace(state.next(snap.txmin, applied), batch=last_batch,

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from pgcdc.lake.target import Written
     from pgcdc.sync.report import TableReport
 
-_log = logging.getLogger("pgcdc.sync.ingest")  # (a run's lines, whichever step says them)
+_log = logging.getLogger("pgcdc.sync.ingest")  # (the Job's lines; each step passes its own logger)
 
 
 @dataclass
@@ -72,9 +72,11 @@ class RunContext:
         self.on_copy: Callable[[str, float, float | None], None] | None = None  # (table, done 0-1, seconds left)
         self.schemas: dict[int, tuple[object, "StructType"]] = {}  # by table id: its columns and their Spark schema
 
-    def say(self, message: str, level: int = logging.INFO, record: Record | None = None) -> None:
-        """Log one line (with its machine-readable `record` for the JSON format)."""
-        _log.log(level, message, extra=fields(record))
+    def say(self, message: str, level: int = logging.INFO, record: Record | None = None,
+            log: logging.Logger = _log) -> None:
+        """Log one line (with its machine-readable `record` for the JSON format) under `log`, the
+        logger of the module that says it."""
+        log.log(level, message, extra=fields(record))
         if self.sink is not None and level >= logging.INFO:
             self.sink(message)
 

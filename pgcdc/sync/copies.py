@@ -10,6 +10,7 @@ the state.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -29,6 +30,9 @@ from pgcdc.watermark import ConsumerState
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
+
+
+_log = logging.getLogger(__name__)
 
 
 def create_target(ctx: RunContext, primary: psycopg.Connection, t: AttachedTable, path: str,
@@ -101,7 +105,7 @@ def _retyped_alike(ctx: RunContext, reader: psycopg.Connection, t: AttachedTable
     with target.conflicts(path, f"retyping {t.into}"):
         shards.retype(ctx.spark, path, retyped)
     ctx.say(f"{t.into}: every source has its new column types: its Delta table retyped {what} (every shard's rows "
-            "rewritten; each source's copy follows)")
+            "rewritten; each source's copy follows)", log=_log)
     return True
 
 
@@ -115,7 +119,7 @@ def _copy(ctx: RunContext, w: TableWork, last_batch: int, registered: int, engin
         if snap.txmin < registered:  # a standby that has not replayed the registration yet
             raise events.Behind(snap.txmin)
         exported = reader.execute("select pg_export_snapshot()").fetchone()[0]
-        ctx.say(f"{t.name}: copying the whole table ({size.total_pages} pages) ...")
+        ctx.say(f"{t.name}: copying the whole table ({size.total_pages} pages) ...", log=_log)
         # the transactions at or above txmin whose changes the snapshot shows are copied too
         applied = events.visible_at_or_above(reader, t.table_id, snap)
         state = ConsumerState(ctx.settings.consumer, t.name, t.table_id, w.identity, snap.txmin, batch=last_batch,
@@ -145,6 +149,6 @@ def resume_copy(ctx: RunContext, w: TableWork, state: ConsumerState, engine: Eng
     can no longer be cut (its index dropped, say) is copied again in one snapshot."""
     key, uncut = chunks.cut_key(w.reader, w.t, w.columns)
     if key is None:
-        ctx.say(f"{w.t.name}: its copy under way cannot go on in chunks ({uncut}): copying it again in one snapshot")
+        ctx.say(f"{w.t.name}: its copy under way cannot go on in chunks ({uncut}): copying it again in one snapshot", log=_log)
         return copy_table(ctx, w, state.batch, engine)
     return copy_in_chunks(ctx, w, key, state, state.batch, partitions.size(w.reader, w.t.name))

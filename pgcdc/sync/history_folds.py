@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from pgcdc.source.capture import AttachedTable
 
 
+_log = logging.getLogger(__name__)
+
+
 class Later:
     """The fan-ins' histories a pass folds once its lanes are done, by Delta path."""
 
@@ -67,7 +70,7 @@ def fold_later(ctx: RunContext, later: Later) -> dict[str, Exception]:
             fold(ctx, t, path)
         except Exception as exc:
             name = f"{t.target_name} (history)"
-            ctx.say(f"{name}: FAILED: {first_line(exc)}", logging.ERROR, records.TableFailed(name, first_line(exc)))
+            ctx.say(f"{name}: FAILED: {first_line(exc)}", logging.ERROR, records.TableFailed(name, first_line(exc)), log=_log)
             failed[name] = exc
     return failed
 
@@ -80,10 +83,10 @@ def fold(ctx: RunContext, t: "AttachedTable", path: str) -> None:
     folded = history.catch_up(ctx.spark, path, keys, ctx.landing.soft_deletes, ctx.settings.consumer, name,
                               t.leaves_out, alone=t.into is None)  # (a fan-in's: other workers may fold it)
     if folded is not None:
-        ctx.say(folded.line(label), record=records.History(label, folded.opened, folded.closed, folded.last))
+        ctx.say(folded.line(label), record=records.History(label, folded.opened, folded.closed, folded.last), log=_log)
         # (its small files, as the table's: one commit a run adds some)
         ctx.compactor.after_batches(history.history_path(path), f"{label} (history)", ctx.settings.ingest.compact_files)
     database = ctx.settings.target.database
     if database and (registered := catalog.register(ctx.spark, database, history.history_name(name),
                                                     history.history_path(path))):
-        ctx.say(f"{label}: its history registered in the catalog as {registered}")
+        ctx.say(f"{label}: its history registered in the catalog as {registered}", log=_log)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pgcdc.watermark import CopyProgress
 
 
+_log = logging.getLogger(__name__)
 _BAR = threading.Lock()  # held by the Meter showing a bar (rich shows one live display at a time)
 
 
@@ -79,7 +80,7 @@ class Meter:
                        f"{duration(eta)} left")
         self.ctx.say(message, logging.DEBUG if self.bar is not None and copy is not None else logging.INFO,
                      records.CopyChunk(self.table, self.chunks, self.rows, total, round(rate),
-                                       None if eta is None else round(eta), copy is None))
+                                       None if eta is None else round(eta), copy is None), log=_log)
         if self.bar is not None:
             self.bar.update(self.task, completed=self.rows, total=total or None, rate=f"{rate:,.0f}")
         if self.ctx.on_copy is not None:
