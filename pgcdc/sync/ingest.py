@@ -211,7 +211,7 @@ class Job:
         quick = with_mirror(quick, mirror)
         if cut is not None and (refused := cut.admits(w.t, quick)) is not None:
             cut = leave(cut, w.t, refused, self.routine)
-        batch = self.plan(w.reader, quick, cut=cut)
+        batch = self.next_batch(w.reader, quick, cut=cut)
         if batch is not None and batch.events > 0:
             return None, cut
         check_state(w.primary, quick, w.identity, w.t, w.path)
@@ -249,7 +249,7 @@ class Job:
                 cut = leave(cut, t, cut.late(), self.routine)
             with snapshots.reading(w.reader, None if cut is None else cut.held):
                 snap = events.take_snapshot(w.reader)
-                batch = self.plan(w.reader, state, snap)
+                batch = self.next_batch(w.reader, state, snap)
                 size = partitions.size(w.reader, t.name)
             start = start or snap
             if batch is None:
@@ -370,14 +370,14 @@ class Job:
         (out-of-order mode). Later transactions are the next run's."""
         return start.xmax if self.settings.ingest.mode == "out_of_order" else start.txmin
 
-    def plan(self, reader: psycopg.Connection, state: ConsumerState, snap: events.Snapshot | None = None,
+    def next_batch(self, reader: psycopg.Connection, state: ConsumerState, snap: events.Snapshot | None = None,
              cut: PassCut | None = None) -> events.Batch | None:
         """The next batch from `state` on, in the reader's current snapshot `snap` (or in the
         pass's snapshot, `cut`, or in a snapshot of its own)."""
         s = self.settings.ingest
         if snap is None:
             with snapshots.reading(reader, None if cut is None else cut.held):
-                return self.plan(reader, state, events.take_snapshot(reader))
+                return self.next_batch(reader, state, events.take_snapshot(reader))
         return events.plan_batch(reader, snap, state, out_of_order=s.mode == "out_of_order",
                                  max_events=s.max_events_per_batch, max_keys=s.max_keys_per_batch)
 
