@@ -219,12 +219,12 @@ def test_two_folds_starting_a_history_at_once_leave_it_exact_at_every_version(sp
             assert create(spark_, hpath, path_, data, first, *rest) == 10
         return create(spark_, hpath, path_, data, commit, *rest)
     monkeypatch.setattr(history, "_create", raced)
-    folded = history.catch_up(spark, path, ["id"], False, "c", "app.t")
+    folded = history.catch_up(spark, path, history.Of(["id"], False, "c", "app.t"))
     assert calls == [2] and folded is not None and (folded.first, folded.last) == (1, 2)
     assert (folded.opened, folded.closed) == (4, 2)
     fault = history_faults(spark, path, ["id"], samples=10)
     assert fault is None, fault
-    assert history.catch_up(spark, path, ["id"], False, "c", "app.t") is None  # (caught up)
+    assert history.catch_up(spark, path, history.Of(["id"], False, "c", "app.t")) is None  # (caught up)
 
 
 def test_a_key_opened_and_gone_in_one_fold_is_closed_at_a_schema_change(spark, tmp_path) -> None:
@@ -236,12 +236,12 @@ def test_a_key_opened_and_gone_in_one_fold_is_closed_at_a_schema_change(spark, t
     path = str(tmp_path / "app.t")
     spark.range(5).selectExpr("id", "cast(id as string) as v").write.format("delta") \
         .option("delta.enableChangeDataFeed", "true").save(path)
-    assert history.catch_up(spark, path, ["id"], False, "c", "app.t") is not None
+    assert history.catch_up(spark, path, history.Of(["id"], False, "c", "app.t")) is not None
     DeltaTable.forPath(spark, path).alias("t").merge(spark.createDataFrame([(21, "new")], "id long, v string")
                                                      .alias("s"), "t.id = s.id").whenNotMatchedInsertAll().execute()
     spark.range(5).selectExpr("id", "cast(id as string) as v", "7 as note").write.format("delta") \
         .mode("overwrite").option("overwriteSchema", "true").save(path)
-    folded = history.catch_up(spark, path, ["id"], False, "c", "app.t")
+    folded = history.catch_up(spark, path, history.Of(["id"], False, "c", "app.t"))
     assert folded is not None and (folded.first, folded.last, folded.opened) == (1, 2, 6)
     fault = history_faults(spark, path, ["id"], samples=10)
     assert fault is None, fault
@@ -326,8 +326,8 @@ def test_a_history_whose_creation_was_killed_is_created_by_the_next_fold(spark, 
     for f in (tmp_path / "rows").glob("part-*.parquet"):
         shutil.copy(f, tmp_path / "app.t__history")
     with pytest.raises(TargetError, match="whose creation did not finish"):
-        history.catch_up(spark, path, ["id"], False, "c", "app.t")
-    folded = history.catch_up(spark, path, ["id"], False, "c", "app.t", alone=True)
+        history.catch_up(spark, path, history.Of(["id"], False, "c", "app.t"))
+    folded = history.catch_up(spark, path, history.Of(["id"], False, "c", "app.t", alone=True))
     assert folded is not None and folded.opened == 5
     assert spark.read.format("delta").load(hpath).count() == 5
     other = tmp_path / "other"

@@ -109,12 +109,24 @@ def behind(spark: "SparkSession", path: str) -> bool:
     return folded_version(spark, path) < tablelog.latest_version(spark, path)
 
 
-def catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, consumer: str,
-             table: str, leaves_out: "Callable[[str], bool]" = lambda _: False, alone: bool = False) -> Folded | None:
-    """Fold every mirror commit the history lacks into it, in one history commit; None if it
-    had them all. `keys`: the mirror's key columns; `soft`: rows marked deleted count as gone;
-    `leaves_out`: true for a column the table's column choice leaves out (docs/columns.md),
-    which the history then holds in no version.
+@dataclass(frozen=True)
+class Of:
+    """Whose history a fold folds: the mirror's key columns; whether rows marked deleted count as
+    gone (`soft`); the consumer and table (or fan-in) it belongs to; the columns the table's
+    choice leaves out (docs/columns.md), which the history then holds in no version; and
+    whether no other process may be folding it (`alone`: the table's lease is held)."""
+
+    keys: list[str]
+    soft: bool
+    consumer: str
+    table: str
+    leaves_out: "Callable[[str], bool]" = lambda _: False
+    alone: bool = False
+
+
+def catch_up(spark: "SparkSession", path: str, of: Of) -> Folded | None:
+    """Fold every mirror commit the history of the table at `path` (`of`) lacks into it, in one
+    history commit; None if it had them all.
     Folds of one history in this process take turns; one in another process (a worker of the
     consumer folding a fan-in's history) whose commit wins makes this one fold again from what
     it left (a fold it covered already is skipped by Delta: its txn version is not above the
@@ -124,16 +136,15 @@ def catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, cons
     with turn:
         for attempt in range(3):
             try:
-                return _catch_up(spark, path, keys, soft, consumer, table, leaves_out, alone)
+                return _catch_up(spark, path, of)
             except ConflictError:
                 if attempt == 2:
                     raise
     return None
 
 
-def _catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, consumer: str,
-              table: str, leaves_out: "Callable[[str], bool]", alone: bool) -> Folded | None:
-    hpath = history_path(path)
+def _catch_up(spark: "SparkSession", path: str, of: Of) -> Folded | None:
+    hpath, keys = history_path(path), of.keys
     newest = tablelog.latest_version(spark, path)
     done = folded_version(spark, path)
     if done >= newest:
@@ -147,25 +158,25 @@ def _catch_up(spark: "SparkSession", path: str, keys: list[str], soft: bool, con
     data = _data_schema(log.schema())
     if done < 0 and tablelog.latest_version(spark, hpath) < 0:
         first = commit(spark, path, newest)
-        if (opened := _create(spark, hpath, path, data, first, soft, consumer, table, alone)) is not None:
+        if (opened := _create(spark, hpath, path, data, first, of)) is not None:
             return Folded(newest, newest, opened, 0)
         done = folded_version(spark, path)  # (another fold created it first: fold what follows)
         if done >= newest:
             return None
-    _prepare(spark, hpath, data, consumer, table, leaves_out)
+    _prepare(spark, hpath, data, of)
     if done < 0 or not feed:  # a new history starts from the mirror as it is now
         commits = [replace(commit(spark, path, newest), snapshot=True)]
     else:
         commits = [commit(spark, path, v) for v in range(done + 1, newest + 1)]
     current = _current(spark, hpath, data)
     try:
-        opened, closed = _apply(spark, hpath, keys, data, states(spark, path, keys, data, commits, soft, current),
+        opened, closed = _apply(spark, hpath, keys, data, states(spark, path, keys, data, commits, of.soft, current),
                                 commits, newest, None if done < 0 or feed else done + 1)
     except Exception as exc:  # a file the change data needs is gone (VACUUM): the mirror as it is now
         if not any(s in str(exc) for s in _GONE):
             raise
         commits = [replace(commit(spark, path, newest), snapshot=True)]
-        opened, closed = _apply(spark, hpath, keys, data, states(spark, path, keys, data, commits, soft, current),
+        opened, closed = _apply(spark, hpath, keys, data, states(spark, path, keys, data, commits, of.soft, current),
                                 commits, newest, done + 1)
     return Folded(commits[0].version, newest, opened, closed)
 
@@ -192,26 +203,25 @@ def _properties(schema: "StructType", consumer: str, table: str) -> dict[str, st
     return props
 
 
-def _create(spark: "SparkSession", hpath: str, path: str, data: "StructType", first: Commit, soft: bool,
-            consumer: str, table: str, alone: bool) -> int | None:
+def _create(spark: "SparkSession", hpath: str, path: str, data: "StructType", first: Commit, of: Of) -> int | None:
     """Create the history holding the mirror's live rows as of `first`, each a current version
     opened by it, in one commit marked like a fold's: the rows opened, or None if another fold
-    created the history first. `alone`: no other process may be creating it (the table's lease
-    is held: not a fan-in's), so what a killed create left is cleared first."""
+    created the history first. With `of.alone` no other process may be creating it (the table's
+    lease is held: not a fan-in's), so what a killed create left is cleared first."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructField, StructType
 
     mirror = spark.read.format("delta").option("versionAsOf", first.version).load(path)
     schema = StructType([StructField(f.name, f.dataType, True) for f in data.fields] + _fields())
-    rows = mirror.where(live(soft, mirror)).select(
+    rows = mirror.where(live(of.soft, mirror)).select(
         *columns(data, mirror), F.timestamp_millis(F.lit(first.millis)).alias(VALID_FROM),
         F.lit(None).cast("timestamp").alias(VALID_TO), F.lit(True).alias(IS_CURRENT),
         F.lit(first.version).cast("long").alias(FROM_VERSION), F.lit(None).cast("long").alias(TO_VERSION),
         F.lit(first.watermark).cast("long").alias(WATERMARK)).to(schema)
     writer = rows.writeTo(f"delta.{spark_ident(hpath)}").using("delta")
-    for k, v in _properties(schema, consumer, table).items():
+    for k, v in _properties(schema, of.consumer, of.table).items():
         writer = writer.tableProperty(k, v)
-    if alone:  # (a create killed before its commit left files that Delta's create trips over)
+    if of.alone:  # (a create killed before its commit left files that Delta's create trips over)
         clear_unfinished_create(spark, hpath)
     try:
         with session_confs(spark, _marked(first.version, None)):
@@ -236,13 +246,13 @@ def _marked(newest: int, unseen: int | None) -> dict[str, str]:
             "spark.databricks.delta.commitInfo.userMetadata": json.dumps(meta)}
 
 
-def _prepare(spark: "SparkSession", hpath: str, data: "StructType", consumer: str, table: str,
-             leaves_out: "Callable[[str], bool]") -> None:
+def _prepare(spark: "SparkSession", hpath: str, data: "StructType", of: Of) -> None:
     """Check the history is this table's, rewrite it without the columns the table now leaves
     out, and add the mirror's new columns to it; refuse a column whose type changed (the
     history's old versions keep the old one)."""
     from pyspark.sql.types import StructType
 
+    consumer, table = of.consumer, of.table
     log = tablelog.read_state(spark, hpath, need_txns=False)
     marker = history_name(table)
     if log.version < 0:  # (made by _create: gone since)
@@ -252,7 +262,7 @@ def _prepare(spark: "SparkSession", hpath: str, data: "StructType", consumer: st
         raise TargetError(f"{hpath} is not the history of {table} for consumer {consumer} (it is "
                           f"{props.get(SOURCE) or 'not pgcdc'}'s of {props.get(OWNER) or 'nobody'}); move it away, or "
                           "set target.history = false")
-    if purged := [f.name for f in log.schema().fields if f.name not in NAMES and leaves_out(f.name)]:
+    if purged := [f.name for f in log.schema().fields if f.name not in NAMES and of.leaves_out(f.name)]:
         _purge(spark, hpath, purged)
         log = tablelog.read_state(spark, hpath, need_txns=False)
     have = {f.name: f.dataType for f in log.schema().fields}

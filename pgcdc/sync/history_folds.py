@@ -80,8 +80,9 @@ def fold(ctx: RunContext, t: "AttachedTable", path: str) -> None:
     keys = [*t.key_columns, shards.SHARD] if t.into is not None else t.key_columns
     name = t.target_name
     label = name if t.into is not None else t.name  # (a fan-in's history is its own, not one source's)
-    folded = history.catch_up(ctx.spark, path, keys, ctx.landing.soft_deletes, ctx.settings.consumer, name,
-                              t.leaves_out, alone=t.into is None)  # (a fan-in's: other workers may fold it)
+    # (a fan-in's history is not folded alone: other workers may fold it)
+    of = history.Of(keys, ctx.landing.soft_deletes, ctx.settings.consumer, name, t.leaves_out, alone=t.into is None)
+    folded = history.catch_up(ctx.spark, path, of)
     if folded is not None:
         ctx.say(folded.line(label), record=records.History(label, folded.opened, folded.closed, folded.last), log=_log)
         # (its small files, as the table's: one commit a run adds some)
