@@ -64,3 +64,49 @@ def test_each_sql_file_defines_one_function() -> None:
     assert not wrong, f"one function per file, the file named after it: {wrong}"
     listed = [line for line in (folder.parent / "install.txt").read_text().splitlines() if line.startswith("functions/")]
     assert sorted(listed) == sorted(f"functions/{name}" for name in defined) and len(set(listed)) == len(listed)
+
+
+MAX_FUNCTION_LINES = 60
+MAX_PARAMETERS = 6
+
+
+def _wide_or_long(tree: ast.AST) -> list[tuple[int, str]]:
+    """Functions over MAX_FUNCTION_LINES lines or MAX_PARAMETERS parameters (self and cls not
+    counted) whose docstring gives no reason (names its parameters, options or lines)."""
+    found = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        a = fn.args
+        params = [*a.posonlyargs, *a.args, *a.kwonlyargs, *([a.vararg] if a.vararg else []),
+                  *([a.kwarg] if a.kwarg else [])]
+        count = len([p for p in params if p.arg not in ("self", "cls")])
+        lines = (fn.end_lineno or fn.lineno) - fn.lineno + 1
+        reason = re.search(r"parameters|options|lines", ast.get_docstring(fn) or "")
+        if (lines > MAX_FUNCTION_LINES or count > MAX_PARAMETERS) and not reason:
+            found.append((fn.lineno, f"{fn.name}: {lines} lines, {count} parameters"))
+    return found
+
+
+def test_no_function_is_long_or_wide_without_a_reason() -> None:
+    found = [f"{p.relative_to(PACKAGE)}:{line}: {what}" for p in _modules()
+             for line, what in _wide_or_long(ast.parse(p.read_text()))]
+    assert not found, "split these, group their inputs, or say in the docstring why not:\n" + "\n".join(found)
+
+
+def test_no_helper_takes_the_job() -> None:
+    """Only the loops that own a Job (sync/runs.py, a follower's sync/follow.py) and the Job itself
+    (sync/ingest.py) handle one; the steps take the run's context (sync/context.py) and a
+    table's work."""
+    found = [f"{p.relative_to(PACKAGE)}:{fn.lineno}: {fn.name}" for p in _modules()
+             if p.name not in ("ingest.py", "runs.py", "follow.py")
+             for fn in ast.walk(ast.parse(p.read_text())) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+             for arg in [*fn.args.args, *fn.args.kwonlyargs]
+             if arg.annotation is not None and "Job" in ast.unparse(arg.annotation)]
+    assert not found, "these take the Job; hand them a RunContext and a TableWork instead:\n" + "\n".join(found)
+
+
+def test_the_size_check_finds_what_it_looks_for() -> None:
+    wide = ast.parse("def f(a, b, c, d, e, f, g):\n    pass\n\n"
+                     "def g(a, b, c, d, e, f, g):\n    '''(Seven parameters: a reason.)'''\n")
+    assert [line for line, _ in _wide_or_long(wide)] == [1]

@@ -13,6 +13,8 @@ import psycopg
 import pytest
 
 from pgcdc.source import capture, consumers
+from pgcdc.source.capture import AttachedTable
+from pgcdc.source.sessions import RunSource
 from pgcdc.sync.ingest import Job
 from pgcdc.sync.runs import run_job
 from fixtures.ingest import Syncer
@@ -173,13 +175,12 @@ def test_parallel_tables_apply_in_lanes_and_a_slow_table_holds_back_only_its_own
     synced: list[str] = []
     sync_table = Job.sync_table
 
-    def slow(self: Job, primary: psycopg.Connection, *args: object) -> object:
-        t = args[-1]
-        workers.add(primary.info.backend_pid)
-        if t.name == "public.p2":  # type: ignore[attr-defined]
+    def slow(self: Job, src: RunSource, t: AttachedTable) -> object:
+        workers.add(src.primary.info.backend_pid)
+        if t.name == "public.p2":
             assert others_done.wait(120), f"the other tables were not applied beside it: {synced}"
-        report = sync_table(self, primary, *args)  # type: ignore[arg-type]
-        synced.append(t.name)  # type: ignore[attr-defined]
+        report = sync_table(self, src, t)
+        synced.append(t.name)
         if len(synced) == len(TABLES) - 1 and "public.p2" not in synced:
             others_done.set()
         return report

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import sql
 
 from pgcdc.errors import TargetError
-from pgcdc.lake import history, landing, shards, tablelog, target
+from pgcdc.lake import history, history_versions, landing, shards, tablelog, target
 from pgcdc.lake.paths import spark_ident, target_path
 from pgcdc.lake.state import app_id, load_state
 from pgcdc.source import access
@@ -138,17 +138,28 @@ def compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable,
 
 
 def _compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable, path: str) -> Comparison:
-    """compare's reading: each step reads PostgreSQL (on a thread) while Spark reads Delta."""
-    from pyspark.sql import functions as F
+    """compare's reading: Delta's rows shaped as PostgreSQL's, their columns checked, then the rows."""
+    pg_cols = canon.pg_columns(conn, t.name)
+    names = [c[0] for c in pg_cols]
+    delta = _delta_rows(spark, t, path, names)
+    if isinstance(delta, Comparison):
+        return delta
+    types = {f.name: f.dataType for f in delta.schema.fields}
+    differ = _columns_differ(t, path, names, list(types))
+    if differ is not None:
+        return differ
+    return _Rows.of(conn, t, pg_cols, types).compare(conn, delta, path)
 
+
+def _delta_rows(spark: "SparkSession", t: AttachedTable, path: str, names: list[str]) -> "DataFrame | Comparison":
+    """The Delta table's rows PostgreSQL should hold now, in its columns' order (without pgcdc's
+    own columns, soft-deleted rows, a history's closed versions or a fan-in's other sources)."""
     delta = spark.read.format("delta").load(path)
     if landing.DELETED in delta.columns:  # soft deletes: the rows PostgreSQL still has
         delta = delta.where(f"not {spark_ident(landing.DELETED)}")
     delta = delta.drop(*landing.NAMES)  # (pgcdc's own columns: lake/landing.py)
-    pg_cols = canon.pg_columns(conn, t.name)
-    names = [c[0] for c in pg_cols]
     if path.endswith(history.SUFFIX):  # a history's current rows (lake/history.py)
-        delta = delta.where(history.IS_CURRENT).drop(*history.NAMES)
+        delta = delta.where(history_versions.IS_CURRENT).drop(*history_versions.NAMES)
         if left := [c for c in delta.columns if t.leaves_out(c)]:
             return Comparison(t.name, path, 0, 0, 0, 0, columns=f"the history holds {', '.join(left)}, which "
                                                                 f"{t.name} leaves out",
@@ -157,71 +168,98 @@ def _compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable
         delta = delta.select(*[spark_ident(c) for c in delta.columns if c in names or c == shards.SHARD])
     if t.fan_in_shard is not None:  # a fan-in source's rows: its shard's, in the columns it has
         delta = delta.where(shards.where(t.fan_in_shard))
-        delta = delta.select(*[f"`{n.replace('`', '``')}`" for n in names if n in delta.columns],
+        delta = delta.select(*[spark_ident(n) for n in names if n in delta.columns],
                              *[c for c in delta.columns if c not in names and c != shards.SHARD])
-    types = {f.name: f.dataType for f in delta.schema.fields}
+    return delta
+
+
+def _columns_differ(t: AttachedTable, path: str, names: list[str], delta_names: list[str]) -> Comparison | None:
+    """Why rows cannot be compared column for column, if they cannot."""
     gone = [k for k in t.key_columns if k not in names]
     if gone:  # (a key renamed where no event trigger saw it: pgcdc.attached still has the old name)
         return Comparison(t.name, path, 0, 0, 0, 0, columns=f"key column {', '.join(gone)} is no longer a column of "
                                                             f"{t.name}",
                           next_step=f"run `pgcdc attach {t.name}` again (its key was renamed where no event trigger saw "
                                     "it), then `pgcdc ingest`; verify compares the rows after that")
-    if names != list(types):
+    if names != delta_names:
         return Comparison(t.name, path, 0, 0, 0, 0, columns=f"columns differ: PostgreSQL {', '.join(names)}; "
-                                                            f"Delta {', '.join(types)}",
+                                                            f"Delta {', '.join(delta_names)}",
                           next_step=f"run `pgcdc ingest`: it copies the table with its columns as they are now (with "
                                     f"on_schema_change = \"fail\": `pgcdc resync {t.name}`)")
+    return None
 
-    def spark_ref(name: str) -> str:
-        return "`" + name.replace("`", "``") + "`"
 
-    pg_texts = {n: canon.pg_canon(f"s.{sql.Identifier(n).as_string(None)}", base, arr, prec, n in t.key_columns)
-                for n, base, arr, prec in pg_cols}
-    spark_texts = {n: canon.delta_value(spark_ref(n), types[n]) for n in names}
-    pg_key, pg_row = canon.pg_framed([pg_texts[k] for k in t.key_columns]), canon.pg_framed([pg_texts[n] for n in names])
-    sp_key, sp_row = canon.spark_framed([spark_texts[k] for k in t.key_columns]), canon.spark_framed(list(spark_texts.values()))
-    rows = conn.execute(f"select count(*) from {t.name}").fetchone()[0]
-    buckets = _Buckets.of(conn, t, [next(c[1] for c in pg_cols if c[0] == k) for k in t.key_columns],
-                          pg_key, sp_key, rows)
-    pg_hash, sp_hash = canon.row_hash("r")
-    predicate = f"({t.predicate})" if t.predicate else "true"
+@dataclass(frozen=True)
+class _Rows:
+    """One table's rows on both sides as (key text, row text, bucket): the SQL and Spark SQL that
+    make them, so both sides are summed per bucket and read row by row in the same terms."""
 
-    def pg_rows(where: str) -> str:
-        return f"select {pg_key} k, {pg_row} r, {buckets.pg} b from {t.name} s where {predicate} and ({where})"
+    t: AttachedTable
+    pg_key: str
+    pg_row: str
+    spark_key: str
+    spark_row: str
+    buckets: _Buckets
 
-    def keyed(rows: "DataFrame") -> "DataFrame":
-        return rows.selectExpr(f"{sp_key} as k", f"{sp_row} as r", f"{buckets.spark} as b")
+    @staticmethod
+    def of(conn: "psycopg.Connection", t: AttachedTable, pg_cols: list[tuple[str, str, bool, int | None]],
+           types: dict[str, Any]) -> "_Rows":
+        names = [c[0] for c in pg_cols]
+        pg_texts = {n: canon.pg_canon(f"s.{sql.Identifier(n).as_string(None)}", base, arr, prec, n in t.key_columns)
+                    for n, base, arr, prec in pg_cols}
+        spark_texts = {n: canon.delta_value(spark_ident(n), types[n]) for n in names}
+        pg_key = canon.pg_framed([pg_texts[k] for k in t.key_columns])
+        spark_key = canon.spark_framed([spark_texts[k] for k in t.key_columns])
+        rows = conn.execute(f"select count(*) from {t.name}").fetchone()[0]
+        buckets = _Buckets.of(conn, t, [next(c[1] for c in pg_cols if c[0] == k) for k in t.key_columns],
+                              pg_key, spark_key, rows)
+        return _Rows(t, pg_key, canon.pg_framed([pg_texts[n] for n in names]), spark_key,
+                     canon.spark_framed(list(spark_texts.values())), buckets)
 
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pg_side: Future[dict[Any, tuple[Any, Any]]] = pool.submit(lambda: {b: (n, h) for b, n, h in conn.execute(
-            f"select b, count(*), bit_xor({pg_hash}) from ({pg_rows('true')}) x group by 1")})
-        delta_sums = {r.b: (r.n, r.h) for r in keyed(delta).groupBy("b").agg(
-            F.count("*").alias("n"), F.expr(f"bit_xor({sp_hash})").alias("h")).collect()}
-        pg_sums = pg_side.result()
-        pg_total, delta_total = sum(n for n, _ in pg_sums.values()), sum(n for n, _ in delta_sums.values())
-        differing = sorted(b for b in set(pg_sums) | set(delta_sums) if pg_sums.get(b) != delta_sums.get(b))
-        if not differing:
-            return Comparison(t.name, path, pg_total, delta_total, 0, 0)
+    def pg(self, where: str) -> str:
+        predicate = f"({self.t.predicate})" if self.t.predicate else "true"
+        return (f"select {self.pg_key} k, {self.pg_row} r, {self.buckets.pg} b from {self.t.name} s "
+                f"where {predicate} and ({where})")
 
-        # row by row, in the buckets that differ
-        def read_pg() -> dict[str, str]:
-            found: dict[str, str] = {}
-            for start in range(0, len(differing), 100):
-                query = pg_rows(buckets.where(differing[start:start + 100], spark=False))
-                found.update((k, r) for k, r, _ in conn.execute(query))
-            return found
-        pg_rows_side = pool.submit(read_pg)
-        in_delta: dict[str, list[str]] = {}
-        for r in keyed(delta.where(buckets.where(differing, spark=True))).select("k", "r").collect():
-            in_delta.setdefault(r.k, []).append(r.r)
-        in_pg = pg_rows_side.result()
-    only_pg = [k for k, v in in_pg.items() if v not in in_delta.get(k, [])]
-    only_delta = [k for k, vs in in_delta.items() for v in vs if v != in_pg.get(k)]
-    twice = [k for k, vs in in_delta.items() if k in in_pg for _ in range(vs.count(in_pg[k]) - 1)]
-    examples = [_example(k, names, in_pg.get(k), in_delta.get(k, [None])[0])
-                for k in sorted(set(only_pg) | set(only_delta) | set(twice))[:3]]
-    return Comparison(t.name, path, pg_total, delta_total, len(only_pg), len(only_delta), examples,
-                      duplicates=len(twice))
+    def spark(self, rows: "DataFrame") -> "DataFrame":
+        return rows.selectExpr(f"{self.spark_key} as k", f"{self.spark_row} as r", f"{self.buckets.spark} as b")
+
+    def compare(self, conn: "psycopg.Connection", delta: "DataFrame", path: str) -> Comparison:
+        """Sums per bucket on both sides (PostgreSQL on a thread while Spark reads Delta), then
+        row by row in the buckets that differ."""
+        from pyspark.sql import functions as F
+
+        pg_hash, sp_hash = canon.row_hash("r")
+        name, names = self.t.name, list(delta.columns)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pg_side: Future[dict[Any, tuple[Any, Any]]] = pool.submit(lambda: {b: (n, h) for b, n, h in conn.execute(
+                f"select b, count(*), bit_xor({pg_hash}) from ({self.pg('true')}) x group by 1")})
+            delta_sums = {r.b: (r.n, r.h) for r in self.spark(delta).groupBy("b").agg(
+                F.count("*").alias("n"), F.expr(f"bit_xor({sp_hash})").alias("h")).collect()}
+            pg_sums = pg_side.result()
+            pg_total, delta_total = sum(n for n, _ in pg_sums.values()), sum(n for n, _ in delta_sums.values())
+            differing = sorted(b for b in set(pg_sums) | set(delta_sums) if pg_sums.get(b) != delta_sums.get(b))
+            if not differing:
+                return Comparison(name, path, pg_total, delta_total, 0, 0)
+            pg_rows_side = pool.submit(self._read_pg, conn, differing)
+            in_delta: dict[str, list[str]] = {}
+            for r in self.spark(delta.where(self.buckets.where(differing, spark=True))).select("k", "r").collect():
+                in_delta.setdefault(r.k, []).append(r.r)
+            in_pg = pg_rows_side.result()
+        only_pg = [k for k, v in in_pg.items() if v not in in_delta.get(k, [])]
+        only_delta = [k for k, vs in in_delta.items() for v in vs if v != in_pg.get(k)]
+        twice = [k for k, vs in in_delta.items() if k in in_pg for _ in range(vs.count(in_pg[k]) - 1)]
+        examples = [_example(k, names, in_pg.get(k), in_delta.get(k, [None])[0])
+                    for k in sorted(set(only_pg) | set(only_delta) | set(twice))[:3]]
+        return Comparison(name, path, pg_total, delta_total, len(only_pg), len(only_delta), examples,
+                          duplicates=len(twice))
+
+    def _read_pg(self, conn: "psycopg.Connection", differing: list[int]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for start in range(0, len(differing), 100):
+            query = self.pg(self.buckets.where(differing[start:start + 100], spark=False))
+            found.update((k, r) for k, r, _ in conn.execute(query))
+        return found
 
 
 def _values(framed: str) -> list[str | None]:

@@ -196,6 +196,19 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
+    _source_commands(add)
+    _sync_commands(add)
+    _check_commands(add)
+    demo = add("demo", cmd_demo, "run the whole path on a throwaway local PostgreSQL and Delta folder")
+    demo.add_argument("--lake", default=".demo/lake", help="folder for the demo's Delta tables (recreated)")
+    return parser
+
+
+_Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
+
+
+def _source_commands(add: _Add) -> None:
+    """The commands that change the source database: install, attach, grant, ..."""
     add("config", cmd_config, "print the effective settings (secrets masked)")
     add("check", cmd_check, "check the settings and the connection to PostgreSQL")
     add("install", cmd_install, "create or upgrade the pgcdc schema in the source database")
@@ -231,6 +244,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "tables (by default each consumer's next run removes them)")
     p = add("list", cmd_list, "list attached tables")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p = add("retention", cmd_retention, "show or set how far a consumer may fall behind before it must resync")
+    p.add_argument("--max-age", metavar="INTERVAL", help="e.g. '7 days'; 'none' for no limit")
+    p.add_argument("--max-size", metavar="SIZE", help="queue size, e.g. '20 GB'; 'none' for no limit")
+
+
+def _sync_commands(add: _Add) -> None:
+    """The commands that write Delta tables: ingest, compact, resync, ..."""
     p = add("ingest", cmd_ingest, "sync attached tables into Delta once, or --follow (local Spark; `submit` for "
             "spark-submit)")
     add_follow_options(p)
@@ -249,6 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("tables", nargs="+", metavar="TABLE")
     add("reset-watermark", cmd_reset_watermark,
         "after a database restore or a failover to a lagging standby: copy every synced table again")
+
+
+def _check_commands(add: _Add) -> None:
+    """The commands that read both sides and report: verify, cut, status, consumers."""
     p = add("verify", cmd_verify, "compare Delta tables with PostgreSQL row by row (exit 1 if any differs)")
     p.add_argument("tables", nargs="*", metavar="TABLE", help="default: the configured (or all attached) tables")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -264,12 +288,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?", help="the consumer to drop")
     p.add_argument("--yes", action="store_true", help="confirm a drop")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p = add("retention", cmd_retention, "show or set how far a consumer may fall behind before it must resync")
-    p.add_argument("--max-age", metavar="INTERVAL", help="e.g. '7 days'; 'none' for no limit")
-    p.add_argument("--max-size", metavar="SIZE", help="queue size, e.g. '20 GB'; 'none' for no limit")
-    demo = add("demo", cmd_demo, "run the whole path on a throwaway local PostgreSQL and Delta folder")
-    demo.add_argument("--lake", default=".demo/lake", help="folder for the demo's Delta tables (recreated)")
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

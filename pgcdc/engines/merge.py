@@ -48,7 +48,7 @@ class MergeEngine:
             raise TargetError(f"batch {state.batch} of consumer {state.consumer} is already committed to {path}: "
                               "is a second ingest running elsewhere?")
         bounds = enrich.key_bounds(work.reader, work.table, work.batch)
-        read = work.read()
+        read = work.read
         keys = read.key_columns
         source = read.frame.persist(StorageLevel.MEMORY_AND_DISK)
         try:

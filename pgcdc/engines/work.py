@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pgcdc.settings import IngestSettings
     from pgcdc.source.capture import AttachedTable
     from pgcdc.source.columns import Column
-    from pgcdc.source.enrich import BatchRead
+    from pgcdc.source.batch_read import BatchRead
     from pgcdc.source.events import Batch
     from pgcdc.source.snapshots import Held
     from pgcdc.watermark import ConsumerState
@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 @dataclass
 class BatchWork:
     """One batch to apply: what an engine needs to read its rows and commit them with `state`.
-    `read` plans the batch's JDBC read (and fails if the table's columns changed since the
-    run checked them); `before_commit` runs once every row is read, right before the commit."""
+    `read`: the batch's JDBC read, planned when first used (it raises ColumnsChanged if the
+    table's columns changed since the run checked them); `before_commit` runs once every row is
+    read, right before the commit (it tells PostgreSQL's mirror a commit may land)."""
 
     spark: "SparkSession"
     path: str
@@ -40,7 +41,7 @@ class BatchWork:
     row_bytes: float
     settings: "IngestSettings"
     state: "ConsumerState"
-    read: "Callable[[], BatchRead]"
+    read: "BatchRead"
     before_commit: Callable[[], None]
     landing: "Landing"
     snapshot: "Held | None" = None  # the pass's snapshot the batch's rows are read in (a cut), or None

@@ -31,33 +31,26 @@ action and the MERGE's conditions keep them exact.
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pgcdc.errors import ConflictError, TargetError
 from pgcdc.lake import landing, tablelog
-from pgcdc.lake.history_states import Commit, columns, commit, live, states
+from pgcdc.lake.history_states import Commit, Mirror, columns, commit, live, states
+from pgcdc.lake.history_versions import (APP_ID, FROM_VERSION, IS_CURRENT, NAMES, TO_VERSION, VALID_FROM, VALID_TO,
+                                          WATERMARK, Fold, apply, current_rows, fields, marked)
 from pgcdc.lake.paths import spark_ident
-from pgcdc.lake.target import (OWNER, SOURCE, clear_unfinished_create, conflicts, map_columns_if_needed,
+from pgcdc.lake.target import (OWNER, SOURCE, clear_unfinished_create, map_columns_if_needed,
                                needs_column_mapping, session_confs)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
 SUFFIX = "__history"
-APP_ID = "pgcdc:history"
-VALID_FROM = "_pgcdc_valid_from"
-VALID_TO = "_pgcdc_valid_to"
-IS_CURRENT = "_pgcdc_is_current"
-FROM_VERSION = "_pgcdc_from_version"
-TO_VERSION = "_pgcdc_to_version"
-WATERMARK = "_pgcdc_watermark"
-NAMES = (VALID_FROM, VALID_TO, IS_CURRENT, FROM_VERSION, TO_VERSION, WATERMARK)
 _CDF = "delta.enableChangeDataFeed"
 # what Spark's error says when a file of the versions to fold is gone
 _GONE = ("CHANGE_DATA", "change data", "FILE_NOT_FOUND", "FileNotFound")
@@ -168,16 +161,16 @@ def _catch_up(spark: "SparkSession", path: str, of: Of) -> Folded | None:
         commits = [replace(commit(spark, path, newest), snapshot=True)]
     else:
         commits = [commit(spark, path, v) for v in range(done + 1, newest + 1)]
-    current = _current(spark, hpath, data)
+    mirror = Mirror(spark, path, keys, data, of.soft)
+    current = current_rows(spark, hpath, data)
     try:
-        opened, closed = _apply(spark, hpath, keys, data, states(spark, path, keys, data, commits, of.soft, current),
-                                commits, newest, None if done < 0 or feed else done + 1)
+        opened, closed = apply(Fold(hpath, mirror, commits, newest, None if done < 0 or feed else done + 1),
+                                states(mirror, commits, current))
     except Exception as exc:  # a file the change data needs is gone (VACUUM): the mirror as it is now
         if not any(s in str(exc) for s in _GONE):
             raise
         commits = [replace(commit(spark, path, newest), snapshot=True)]
-        opened, closed = _apply(spark, hpath, keys, data, states(spark, path, keys, data, commits, of.soft, current),
-                                commits, newest, done + 1)
+        opened, closed = apply(Fold(hpath, mirror, commits, newest, done + 1), states(mirror, commits, current))
     return Folded(commits[0].version, newest, opened, closed)
 
 
@@ -186,14 +179,6 @@ def _data_schema(schema: "StructType") -> "StructType":
     from pyspark.sql.types import StructType
 
     return StructType([f for f in schema.fields if f.name not in landing.NAMES])
-
-
-def _fields() -> "list[Any]":
-    from pyspark.sql.types import BooleanType, LongType, StructField, TimestampType
-
-    return [StructField(VALID_FROM, TimestampType()), StructField(VALID_TO, TimestampType()),
-            StructField(IS_CURRENT, BooleanType()), StructField(FROM_VERSION, LongType()),
-            StructField(TO_VERSION, LongType()), StructField(WATERMARK, LongType())]
 
 
 def _properties(schema: "StructType", consumer: str, table: str) -> dict[str, str]:
@@ -212,7 +197,7 @@ def _create(spark: "SparkSession", hpath: str, path: str, data: "StructType", fi
     from pyspark.sql.types import StructField, StructType
 
     mirror = spark.read.format("delta").option("versionAsOf", first.version).load(path)
-    schema = StructType([StructField(f.name, f.dataType, True) for f in data.fields] + _fields())
+    schema = StructType([StructField(f.name, f.dataType, True) for f in data.fields] + fields())
     rows = mirror.where(live(of.soft, mirror)).select(
         *columns(data, mirror), F.timestamp_millis(F.lit(first.millis)).alias(VALID_FROM),
         F.lit(None).cast("timestamp").alias(VALID_TO), F.lit(True).alias(IS_CURRENT),
@@ -224,7 +209,7 @@ def _create(spark: "SparkSession", hpath: str, path: str, data: "StructType", fi
     if of.alone:  # (a create killed before its commit left files that Delta's create trips over)
         clear_unfinished_create(spark, hpath)
     try:
-        with session_confs(spark, _marked(first.version, None)):
+        with session_confs(spark, marked(first.version, None)):
             writer.create()
     except Exception as exc:
         if tablelog.latest_version(spark, hpath) < 0:
@@ -235,15 +220,6 @@ def _create(spark: "SparkSession", hpath: str, path: str, data: "StructType", fi
             raise
         return None
     return int((tablelog.commit_info(spark, hpath, 0).get("operationMetrics") or {}).get("numOutputRows", 0))
-
-
-def _marked(newest: int, unseen: int | None) -> dict[str, str]:
-    """The session confs that mark a history commit as the fold up to mirror version `newest`
-    (its txn action; its metadata also names the versions from `unseen` it could not see)."""
-    meta = {"mirror_version": newest} | ({"unseen_versions": [unseen, newest - 1]}
-                                         if unseen is not None and unseen < newest else {})
-    return {"spark.databricks.delta.write.txnAppId": APP_ID, "spark.databricks.delta.write.txnVersion": str(newest),
-            "spark.databricks.delta.commitInfo.userMetadata": json.dumps(meta)}
 
 
 def _prepare(spark: "SparkSession", hpath: str, data: "StructType", of: Of) -> None:
@@ -282,110 +258,3 @@ def _purge(spark: "SparkSession", hpath: str, columns: list[str]) -> None:
     Delta table keeps its txn actions across an overwrite."""
     spark.read.format("delta").load(hpath).drop(*columns).write.format("delta").mode("overwrite") \
         .option("overwriteSchema", "true").save(hpath)
-
-
-def _current(spark: "SparkSession", hpath: str, data: "StructType") -> "DataFrame":
-    """The history's current rows, in the mirror's data columns."""
-
-    history = spark.read.format("delta").load(hpath).where(IS_CURRENT)
-    return history.select(*columns(data, history))
-
-
-def _comparable(data: "StructType") -> "Column":
-    """A row's values as one comparable value (maps, which Spark cannot compare, as JSON)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import MapType
-
-    return F.struct(*[(F.to_json(F.col(spark_ident(f.name))) if isinstance(f.dataType, MapType)
-                       else F.col(spark_ident(f.name))).alias(f"c{i}") for i, f in enumerate(data.fields)])
-
-
-def _apply(spark: "SparkSession", hpath: str, keys: list[str], data: "StructType", states: "DataFrame",
-           commits: list[Commit], newest: int, unseen: int | None) -> tuple[int, int]:
-    """Turn the states into versions and merge them into the history in one commit marked with
-    the mirror version `newest`: each key's first change closes its current version, each live
-    change opens a version that the key's next change closes. Returns (opened, closed).
-    `unseen`: the first of the mirror versions before `newest` this fold could not see one by
-    one (folded as a snapshot at `newest`), which its commit's metadata names."""
-    from delta.tables import DeltaTable
-    from pyspark import StorageLevel
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import IntegerType, LongType, ShortType
-
-    ks = [spark_ident(k) for k in keys]
-    states = states.persist(StorageLevel.MEMORY_AND_DISK)
-    # the current versions of the keys the fold saw alone (not the whole history through the
-    # window); a one-column integer key also bounds the scan, so Delta skips the files outside
-    current, bounds = _current(spark, hpath, data), ""
-    if len(keys) == 1 and isinstance(data[keys[0]].dataType, (IntegerType, LongType, ShortType)):
-        low, high = states.agg(F.min(ks[0]), F.max(ks[0])).first() or (None, None)
-        if low is not None and high is not None:
-            bounds = f"{ks[0]} between {int(low)} and {int(high)}"
-            current = current.where(bounds)
-    current = current.join(states.select(*ks).distinct(), on=keys, how="left_semi")
-    base = current.withColumn("_v", F.lit(-1).cast("long")).withColumn("_live", F.lit(True))
-    by_key = Window.partitionBy(*ks).orderBy("_v")
-    seen = base.unionByName(states).withColumn("_cmp", _comparable(data)) \
-        .withColumn("_had", F.max(F.col("_v") < 0).over(Window.partitionBy(*ks))) \
-        .withColumn("_prev_live", F.coalesce(F.lag("_live").over(by_key), F.lit(False))) \
-        .withColumn("_prev", F.lag("_cmp").over(by_key))
-    changed = seen.where((F.col("_v") >= 0) & ((F.col("_prev_live") != F.col("_live")) |
-                                                (F.col("_live") & ~F.col("_cmp").eqNullSafe(F.col("_prev")))))
-    events = changed.withColumn("_next", F.lead("_v").over(by_key)) \
-        .withColumn("_first", F.row_number().over(by_key) == 1).drop("_cmp", "_prev", "_prev_live") \
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        times = spark.createDataFrame(
-            [(c.version, c.millis, c.watermark) for c in commits] or [(newest, 0, None)],
-            "_tv long, _millis long, _wm long").withColumn("_ts", F.timestamp_millis("_millis")).drop("_millis")
-        times = F.broadcast(times)
-        opens = events.where("_live").join(times, F.col("_v") == F.col("_tv")).select(
-            *ks, *[spark_ident(f.name) for f in data.fields if f.name not in keys],
-            F.col("_ts").alias(VALID_FROM), F.col("_v").alias(FROM_VERSION), F.col("_wm").alias(WATERMARK),
-            F.col("_next").alias(TO_VERSION), F.col("_next").isNull().alias(IS_CURRENT), F.lit(False).alias("_close"))
-        opens = opens.join(times.select(F.col("_tv").alias("_nv"), F.col("_ts").alias(VALID_TO)),
-                           F.col(TO_VERSION) == F.col("_nv"), "left").drop("_nv")
-        closes = events.where("_first and _had").join(times, F.col("_v") == F.col("_tv")).select(
-            *ks, F.col("_v").alias(TO_VERSION), F.col("_ts").alias(VALID_TO), F.lit(True).alias("_close"))
-        source = opens.unionByName(closes, allowMissingColumns=True)
-        # Idempotent against the history as the MERGE reads it, should another fold (a fan-in's
-        # other source) have folded some of these versions since this one read it: a close only
-        # closes a current version older than the version closing it, and a version opened
-        # already is matched (by its key and first version) and takes this fold's end instead of
-        # being opened twice.
-        on = " and ".join(f"t.{k} = s.{k}" for k in ks) + \
-            f" and ((s._close and t.{IS_CURRENT} and t.{FROM_VERSION} < s.{TO_VERSION})" \
-            f" or (not s._close and t.{FROM_VERSION} = s.{FROM_VERSION}))" + \
-            (f" and t.{bounds}" if bounds else "")  # (target-only: Delta skips the files outside)
-        names = [*(f.name for f in data.fields), *NAMES]
-        inserted: dict[str, str | Column] = {spark_ident(n): f"s.{spark_ident(n)}" for n in names}
-        merge = DeltaTable.forPath(spark, hpath).alias("t").merge(source.alias("s"), on) \
-            .whenMatchedUpdate(condition="s._close", set={VALID_TO: f"s.{VALID_TO}", TO_VERSION: f"s.{TO_VERSION}",
-                                                          IS_CURRENT: "false"}) \
-            .whenMatchedUpdate(set={VALID_TO: f"s.{VALID_TO}", TO_VERSION: f"s.{TO_VERSION}",
-                                    IS_CURRENT: f"s.{IS_CURRENT}"}) \
-            .whenNotMatchedInsert(condition="not s._close", values=inserted)
-        with session_confs(spark, _marked(newest, unseen)), \
-                conflicts(hpath, f"the history's fold up to version {newest}"):
-            merge.execute()
-    finally:
-        events.unpersist()
-        states.unpersist()
-    return _counted(spark, hpath, newest)
-
-
-def _counted(spark: "SparkSession", hpath: str, newest: int) -> tuple[int, int]:
-    """The versions the fold up to mirror version `newest` opened and closed, from its commit's
-    metrics (no Spark job): rows inserted, and rows updated (a version another fold had opened
-    already, which this one matched, counts as closed); (0, 0) if Delta skipped it (folded before)."""
-    top = tablelog.latest_version(spark, hpath)
-    for version in range(top, max(top - 20, -1), -1):  # (an OPTIMIZE of the history may follow it)
-        actions = tablelog.commit_actions(spark, hpath, version) or []
-        if any((a.get("txn") or {}).get("appId") == APP_ID for a in actions):
-            if not any((a.get("txn") or {}).get("version") == newest for a in actions):
-                break
-            info: dict[str, Any] = next((a["commitInfo"] for a in actions if isinstance(a.get("commitInfo"), dict)), {})
-            metrics = info.get("operationMetrics") or {}
-            return int(metrics.get("numTargetRowsInserted", 0)), int(metrics.get("numTargetRowsUpdated", 0))
-    return 0, 0

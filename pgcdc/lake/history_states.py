@@ -45,18 +45,30 @@ def commit(spark: "SparkSession", path: str, version: int) -> Commit:
     return Commit(version, millis, watermark, any("metaData" in a for a in actions))
 
 
-def states(spark: "SparkSession", path: str, keys: list[str], data: "StructType", commits: list[Commit],
-           soft: bool, current: "DataFrame") -> "DataFrame":
+@dataclass(frozen=True)
+class Mirror:
+    """The mirror a history folds: its table's path, key columns and data columns (not pgcdc's
+    own), and whether its rows marked deleted count as gone (`soft`)."""
+
+    spark: "SparkSession"
+    path: str
+    keys: list[str]
+    data: "StructType"
+    soft: bool
+
+
+def states(mirror: Mirror, commits: list[Commit], current: "DataFrame") -> "DataFrame":
     """Each key's state in each folded commit that touched it: (keys, data columns, _v, _live).
     Change data for runs of plain commits; the mirror as of a snapshot commit, with the keys it
     lacks gone: those of the history's `current` rows and those the fold's earlier commits
     touched (a key an earlier commit of this fold opened is closed by the snapshot too)."""
     frames: list[DataFrame] = []
     run: list[Commit] = []
+    keys = mirror.keys
 
     def flush() -> None:
         if run:
-            frames.append(_changes(spark, path, keys, data, run[0].version, run[-1].version, soft))
+            frames.append(_changes(mirror, run[0].version, run[-1].version))
             run.clear()
     for c in commits:
         if c.snapshot:
@@ -64,7 +76,7 @@ def states(spark: "SparkSession", path: str, keys: list[str], data: "StructType"
             known = current.select(*[spark_ident(k) for k in keys])
             for f in frames:
                 known = known.unionByName(f.select(*[spark_ident(k) for k in keys]))
-            frames.append(_snapshot(spark, path, keys, data, c.version, soft, known))
+            frames.append(_snapshot(mirror, c.version, known))
         else:
             run.append(c)
     flush()
@@ -91,28 +103,28 @@ def live(soft: bool, frame: "DataFrame") -> "Column":
     return F.lit(True)
 
 
-def _changes(spark: "SparkSession", path: str, keys: list[str], data: "StructType", first: int, last: int,
-             soft: bool) -> "DataFrame":
+def _changes(mirror: Mirror, first: int, last: int) -> "DataFrame":
     """Keys' states from the mirror's change data feed, versions `first`-`last`: a key with an
     inserted or post-update row in a commit is live with its values, else gone."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    spark, keys, data = mirror.spark, mirror.keys, mirror.data
     feed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", first) \
-        .option("endingVersion", last).load(path).where("_change_type != 'update_preimage'")
-    alive = F.when(F.col("_change_type") == "delete", F.lit(False)).otherwise(live(soft, feed))
+        .option("endingVersion", last).load(mirror.path).where("_change_type != 'update_preimage'")
+    alive = F.when(F.col("_change_type") == "delete", F.lit(False)).otherwise(live(mirror.soft, feed))
     rows = feed.select(*columns(data, feed), F.col("_commit_version").alias("_v"), alive.alias("_live"))
     first_row = Window.partitionBy(*[spark_ident(k) for k in keys], "_v").orderBy(F.col("_live").desc())
     return rows.withColumn("_n", F.row_number().over(first_row)).where("_n = 1").drop("_n")
 
 
-def _snapshot(spark: "SparkSession", path: str, keys: list[str], data: "StructType", version: int, soft: bool,
-              known: "DataFrame") -> "DataFrame":
+def _snapshot(mirror: Mirror, version: int, known: "DataFrame") -> "DataFrame":
     """Keys' states as of mirror `version`: its rows, and the `known` keys it lacks, gone."""
     from pyspark.sql import functions as F
 
-    mirror = spark.read.format("delta").option("versionAsOf", version).load(path)
-    rows = mirror.select(*columns(data, mirror), F.lit(version).cast("long").alias("_v"), live(soft, mirror).alias("_live"))
+    keys, data = mirror.keys, mirror.data
+    then = mirror.spark.read.format("delta").option("versionAsOf", version).load(mirror.path)
+    rows = then.select(*columns(data, then), F.lit(version).cast("long").alias("_v"), live(mirror.soft, then).alias("_live"))
     gone = known.distinct().join(rows.select(*[spark_ident(k) for k in keys]), on=keys, how="left_anti")
     gone = gone.select(*[F.col(spark_ident(k)) for k in keys],
                        *[F.lit(None).cast(f.dataType).alias(f.name) for f in data.fields if f.name not in keys]) \

@@ -123,14 +123,26 @@ def properties(target: "TargetSettings") -> dict[str, str]:
     return props
 
 
-def create_table(spark: "SparkSession", path: str, schema: "StructType", keys: list[str], consumer: str, table: str,
-                 target: "TargetSettings", fan_in: bool = False, partition_by: list[str] | None = None) -> None:
+@dataclass(frozen=True)
+class NewTable:
+    """A Delta table to create: its columns as PostgreSQL has them (`schema`), key columns, its
+    consumer and source table (or fan-in name); a fan-in's (`fan_in`: with the shard column,
+    which it is partitioned by, lake/shards.py), or partitioned by `partition_by`
+    (`attach --delta-partition-by`), if given."""
+
+    schema: "StructType"
+    keys: list[str]
+    consumer: str
+    table: str
+    fan_in: bool = False
+    partition_by: list[str] | None = None
+
+
+def create_table(spark: "SparkSession", path: str, new: NewTable, target: "TargetSettings") -> None:
     """Create the empty Delta table, marked with its consumer and source table (or fan-in name),
     with the properties the [target] settings ask for; its columns as PostgreSQL has them (the
-    key columns NOT NULL) without the JDBC reader's field metadata. A fan-in's also has the
-    shard column, which it is partitioned by (lake/shards.py); its sources create it one at a
-    time (sync/copies.py, `create_target`). Any other table is partitioned by `partition_by`
-    (`attach --delta-partition-by`), if given.
+    key columns NOT NULL) without the JDBC reader's field metadata. A fan-in's sources create it
+    one at a time (sync/copies.py, `create_target`).
 
     Refuses a path that already holds files but no Delta log: they are somebody's data.
     """
@@ -146,13 +158,14 @@ def create_table(spark: "SparkSession", path: str, schema: "StructType", keys: l
     if fs.exists(log):  # an unfinished create's leftovers, which Delta's create trips over
         fs.delete(log, True)
 
-    if fan_in:
+    schema, keys = new.schema, new.keys
+    if new.fan_in:
         schema, keys = shards.add_column(schema), [*keys, shards.SHARD]
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(_table_schema(schema, keys))
-    if fan_in or partition_by:
-        builder = builder.partitionedBy(*([shards.SHARD] if fan_in else partition_by or []))
+    if new.fan_in or new.partition_by:
+        builder = builder.partitionedBy(*([shards.SHARD] if new.fan_in else new.partition_by or []))
     mapping = _COLUMN_MAPPING if needs_column_mapping(schema) else {}
-    for key, value in {OWNER: consumer, SOURCE: table, "delta.checkpointInterval": checkpoint_interval(table),
+    for key, value in {OWNER: new.consumer, SOURCE: new.table, "delta.checkpointInterval": checkpoint_interval(new.table),
                        **properties(target), **mapping}.items():
         builder = builder.property(key, value)
     builder.execute()
@@ -279,7 +292,8 @@ def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: Consum
     columns NOT NULL). With other columns, or another partitioning, it takes the source's
     columns, without the JDBC reader's field metadata, and that partitioning; Delta then
     makes every column nullable (it cannot set NOT NULL again). A column renamed to a name
-    that needs column mapping turns it on first."""
+    that needs column mapping turns it on first.
+    (Seven parameters: the rows and what they replace, keyed and landed as the table's are.)"""
     log = tablelog.read_state(spark, path, need_txns=False)
     if state.shard is not None:
         return replace_rows(spark, path, rows, state, None, keys, landing, log)
@@ -316,7 +330,8 @@ def replace_rows(spark: "SparkSession", path: str, rows: "DataFrame", state: Con
     its rows replace those of its shard's partition only, leaving the other sources' files as
     they are; a column the Delta table lacks is added (nullable: the other sources' rows hold
     null there), a column the source lacks is null in its rows, and a column of another type is
-    refused (shards.check_fits). `log`: the table's log as the caller read it."""
+    refused (shards.check_fits). `log`: the table's log as the caller read it.
+    (Eight parameters: overwrite's, with the rows replaced (`where`) and the log read already.)"""
     merge = False
     in_shard = shards.where(state.shard) + (f" and ({where})" if where else "") if state.shard is not None else where
     old = _replaced(spark, path, in_shard, landing)

@@ -291,7 +291,8 @@ def attach(conn: psycopg.Connection, table: str, key: list[str] | None = None,
            exclude_columns: list[str] | None = None) -> AttachedTable:
     """Start capturing `table` (idempotent: re-attaching updates the options); with `into`, as
     shard `shard` of that fan-in (docs/fan-in.md); `delta_partition_by`: a column its Delta table is
-    partitioned by; `columns` / `exclude_columns`: the columns its sync reads (docs/columns.md)."""
+    partitioned by; `columns` / `exclude_columns`: the columns its sync reads (docs/columns.md).
+    (Its options are `pgcdc attach`'s and the SQL function pgcdc.attach's, one to one.)"""
     require_schema(conn)
     name = resolve_table(conn, table)
     try:

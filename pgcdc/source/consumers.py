@@ -179,7 +179,8 @@ def record_run(primary: psycopg.Connection, consumer: str, *, started: list[str]
     """Record in PostgreSQL that a run of the consumer started (with the `tables` entries it
     syncs, canonical), failed (`error`; `failed`: the tables it failed on, with their errors)
     or succeeded (having started at `start_txmin`), for `pgcdc status`. A table's error stays
-    until a run tries it again (`tried`: another worker may have failed on one this run left)."""
+    until a run tries it again (`tried`: another worker may have failed on one this run left).
+    (Keyword-only options, each one thing the record says: a call passes the one or two it knows.)"""
     if started is not None:
         primary.execute("update pgcdc.consumer set tables = %s where name = %s", (started, consumer))
         primary.execute("insert into pgcdc.consumer_run (consumer, started_at) values (%s, now()) "

@@ -13,10 +13,7 @@ delete. Each column travels in the form pgcdc.source.columns gives it (docs/type
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
-from functools import cached_property
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -132,58 +129,6 @@ def shares(t: AttachedTable, partitions: int) -> list[str]:
     return [f"(({hashed} % {n}) + {n}) % {n} = {p}" for p in range(n)]
 
 
-@dataclass
-class BatchRead:
-    """A batch's keys with their current rows (batch_query over JDBC, in shares): the rows'
-    schema, and the keys and the live rows as DataFrames, each planned only when asked for
-    (~10 ms each). The JDBC relation itself is made on first use too (Spark opens a connection
-    to learn its columns, ~40 ms beside the batch's own reads): a small batch applied from the
-    driver needs the schema alone, which the caller knows from the run's start (`known`).
-    `check` sees the schema the relation was read with, when it is made.
-
-    Each DataFrame is read on its own, and Spark pushes its columns and filter into the
-    query: the keys read selects no row column, so PostgreSQL drops the join (the table's
-    side is unique on the key); the rows read asks for a non-null key, which makes it an
-    inner join."""
-
-    make: Callable[[], "DataFrame"]
-    key_columns: list[str]
-    known: "StructType | None" = None
-    check: Callable[["StructType"], None] = lambda schema: None
-
-    @cached_property
-    def frame(self) -> "DataFrame":
-        frame = self.make()
-        self.check(_rows_schema(frame))
-        return frame
-
-    @cached_property
-    def schema(self) -> "StructType":
-        return self.known if self.known is not None else _rows_schema(self.frame)
-
-    @cached_property
-    def keys(self) -> "DataFrame":
-        """The batch's keys, under the key columns' names."""
-        from pyspark.sql import functions as F
-
-        return self.frame.select(*[F.col(f"`{KEY_PREFIX + k}`").alias(k) for k in self.key_columns])
-
-    @cached_property
-    def rows(self) -> "DataFrame":
-        """The batch's live rows."""
-        from pyspark.sql import functions as F
-
-        return self.frame.where(F.col(f"`{self.key_columns[0]}`").isNotNull()).select(
-            *[f"`{f.name}`" for f in self.schema.fields])
-
-
-def _rows_schema(frame: "DataFrame") -> "StructType":
-    """A batch relation's schema without its key columns: the rows' columns."""
-    from pyspark.sql.types import StructType
-
-    return StructType([f for f in frame.schema.fields if not f.name.startswith(KEY_PREFIX) and f.name != TXID])
-
-
 def copy_query(t: AttachedTable, columns: list[Column], lo_page: int, hi_page: int | None) -> str:
     """The SQL reading the table's rows in pages [lo_page, hi_page) (open-ended if None): a TID range scan."""
     where = [f"src.ctid >= '({int(lo_page)},0)'::tid"]
@@ -194,7 +139,7 @@ def copy_query(t: AttachedTable, columns: list[Column], lo_page: int, hi_page: i
     return f"select {select_list(columns, 'src', t)} from {t.name} src where {' and '.join(where)}"
 
 
-def _props(jdbc: dict[str, str], *init: str) -> tuple[str, dict[str, str]]:
+def jdbc_props(jdbc: dict[str, str], *init: str) -> tuple[str, dict[str, str]]:
     """The JDBC URL and the reader's properties. Each connection first sets the reading session's
     settings (db.READER_SETTINGS; as statements, since the driver's own startup parameters would
     win over `options`), then runs `init`."""
@@ -207,7 +152,7 @@ def read_queries(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, 
           snapshot: str | None = None) -> "DataFrame":
     """Union of one single-partition JDBC read per query: each query is read by its own task,
     with its own connection. Used for copies, whose page-range filter (ctid) has to sit
-    inside the query; a batch is read as one relation cut by `predicates` (read_batch).
+    inside the query; a batch is read as one relation cut by `predicates` (source/batch_read.py).
 
     With `snapshot` (from pg_export_snapshot()), every connection reads in that one snapshot.
     """
@@ -216,7 +161,7 @@ def read_queries(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, 
     # driver has begun the transaction already (Spark's PostgreSQL dialect turns autocommit
     # off to fetch in batches), so this sets its isolation: a BEGIN here would leave a
     # "there is already a transaction in progress" warning in the server's log per connection
-    url, props = _props(jdbc, *([] if snapshot is None else import_statements(snapshot)))
+    url, props = jdbc_props(jdbc, *([] if snapshot is None else import_statements(snapshot)))
     frames = [spark.read.jdbc(url, f"({q}) pgcdc_q", properties=props) for q in queries]
     df = frames[0]
     for other in frames[1:]:
@@ -352,27 +297,6 @@ def replayed_at_least(lsn: str, seconds: float = REPLAY_WAIT_SECONDS) -> str:
             f"pg_catalog.pg_last_wal_replay_lsn(); END IF; END $pgcdc$")
 
 
-def read_batch(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],
-               batch: Batch, partitions: int, replayed: str | None = None, known: "StructType | None" = None,
-               check: Callable[["StructType"], None] = lambda schema: None, txids: bool = False,
-               snapshot: str | None = None) -> BatchRead:
-    """The batch's keys with their current rows (batch_query), read in `partitions` shares: each
-    share in the exported `snapshot` (a pass's, source/snapshots.py) if given, else as they are
-    then, once its connection has reached `replayed` (the WAL position of the standby the batch
-    was planned on: replayed_at_least). `known`, `check`: see BatchRead; `txids`: see batch_query."""
-    if snapshot is not None:
-        init = import_statements(snapshot)
-    else:
-        init = [replayed_at_least(replayed)] if replayed is not None else []
-    url, props = _props(jdbc, *init)
-
-    def make() -> "DataFrame":
-        frame = spark.read.jdbc(url, f"({batch_query(t, columns, batch, txids)}) pgcdc_q",
-                                predicates=shares(t, partitions), properties=props)
-        return restored(frame, columns, t.key_columns)
-    return BatchRead(make, list(t.key_columns), known, check)
-
-
 def read_table(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, columns: list[Column],
                partitions: int, relpages: int, snapshot: str | None = None) -> "DataFrame":
     """Every row of the table, read as `partitions` page (ctid) ranges.
@@ -381,6 +305,7 @@ def read_table(spark: "SparkSession", jdbc: dict[str, str], t: AttachedTable, co
     partitions' reads can move a row from a page range not read yet to one already read
     (the row would be missed) or the other way round (it would be copied twice). In one
     snapshot every row is read exactly once. The last range is open-ended.
+    (Seven parameters: a batch read's four, the pages to cut into ranges, and the snapshot.)
     """
     step = max(1, -(-max(relpages, 1) // partitions))
     return read_queries(spark, jdbc, t, columns, [copy_query(t, columns, p * step, (p + 1) * step if p + 1 < partitions

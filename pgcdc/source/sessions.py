@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -25,7 +26,16 @@ from pgcdc.source.selection import select_tables
 from pgcdc.source.db import connect, jdbc_options
 
 Pair = tuple[psycopg.Connection, psycopg.Connection]
-RunSource = tuple[psycopg.Connection, psycopg.Connection, list[AttachedTable], dict[str, str], str]
+
+
+class RunSource(NamedTuple):
+    """What a run reads from: its connections, the tables, JDBC options and the database's identity."""
+
+    primary: psycopg.Connection
+    reader: psycopg.Connection
+    tables: list[AttachedTable]
+    jdbc: dict[str, str]
+    identity: str
 
 
 class SourceConnections:
@@ -98,7 +108,7 @@ def run_source(connections: SourceConnections, consumer: str, names: list[str], 
                     say(f"queue: deleted {deleted} events of the database this one was restored from")
             capture.check_identity(primary)
             tables = select_tables(primary, names)
-            yield primary, reader, tables, jdbc_options(reader), capture.identity(reader)
+            yield RunSource(primary, reader, tables, jdbc_options(reader), capture.identity(reader))
         finally:
             if connections.keep and not primary.broken and not primary.closed:
                 consumers.release(primary, consumer)

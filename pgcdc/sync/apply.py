@@ -12,24 +12,19 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from pgcdc import faults, records
 from pgcdc.engines import BatchWork, Engine
-from pgcdc.lake import target
 from pgcdc.source import enrich, events, partitions
+from pgcdc.source.batch_read import BatchRead, ColumnsChanged
 from pgcdc.source.mirror import mark_committing
 from pgcdc.sync.context import RunContext, TableWork
 from pgcdc.sync.pass_cut import PassCut
-from pgcdc.sync.plan import columns_changed
 from pgcdc.sync.report import UNDEFINED_COLUMN, first_line, source_state
 from pgcdc.watermark import ConsumerState
 
 if TYPE_CHECKING:
-    from pyspark.sql.types import StructType
+    pass
 
 
 _log = logging.getLogger(__name__)
-
-
-class ColumnsChanged(Exception):
-    """A batch read found the table's columns changed since its run checked them."""
 
 
 class Planned(NamedTuple):
@@ -54,21 +49,11 @@ def apply_batch(ctx: RunContext, engine: Engine, w: TableWork, planned: Planned,
                                      ctx.spark.sparkContext.defaultParallelism)
     new_state = batch.next_state(state)
 
-    def check(schema: "StructType") -> None:  # the JDBC relation's columns, once Spark reads it
-        changed = columns_changed(ctx.spark, ctx.settings, t, path, ctx.landing.schema(schema)) \
-            if t.into is None else \
-            target.schema_change(ctx.source_schema(jdbc, t, columns), schema)
-        if changed is not None:
-            raise ColumnsChanged(changed)
-
-    def read() -> enrich.BatchRead:
-        # the rows' schema is the one this run checked against the Delta table (same columns)
-        rows = enrich.read_batch(ctx.spark, jdbc, t, columns, batch, shares, snap.replayed,
-                                 ctx.source_schema(jdbc, t, columns), check, txids=ctx.landing.metadata,
-                                 snapshot=None if cut is None else cut.held.exported)
-        faults.failpoint("before-merge")
-        return rows
-
+    # the rows' schema is the one this run checked against the Delta table (same columns)
+    read = BatchRead(ctx.spark, jdbc, t, columns, batch, shares, ctx.source_schema(jdbc, t, columns),
+                     txids=ctx.landing.metadata, replayed=snap.replayed,
+                     snapshot=None if cut is None else cut.held.exported)
+    faults.failpoint("before-merge")
     try:
         written = engine.apply(BatchWork(ctx.spark, path, t, columns, batch, reader, row_bytes, s, new_state,
                                          read, lambda: mark_committing(primary, new_state, path), ctx.landing,

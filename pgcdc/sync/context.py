@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
+    from pgcdc.source.sessions import RunSource
     from pgcdc.lake.target import Written
     from pgcdc.sync.report import TableReport
 
@@ -55,6 +56,10 @@ class TableWork:
     columns: list[Column]
     path: str
     report: "TableReport"
+
+    @staticmethod
+    def of(src: "RunSource", t: AttachedTable, columns: list[Column], path: str, report: "TableReport") -> "TableWork":
+        return TableWork(src.primary, src.reader, src.jdbc, src.identity, t, columns, path, report)
 
 
 class RunContext:

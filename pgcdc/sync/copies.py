@@ -45,14 +45,15 @@ def create_target(ctx: RunContext, primary: psycopg.Connection, t: AttachedTable
     if target.is_delta(ctx.spark, path):
         return
     if t.into is None:
-        target.create_table(ctx.spark, path, source, t.key_columns, s.consumer, t.name, s.target,
-                            partition_by=partition_columns(t))
+        target.create_table(ctx.spark, path, target.NewTable(source, t.key_columns, s.consumer, t.name,
+                                                             partition_by=partition_columns(t)), s.target)
         return
     lock = ("select pg_advisory_lock(hashtext(%s))", "select pg_advisory_unlock(hashtext(%s))")
     primary.execute(lock[0], (f"pgcdc fan-in {path}",))
     try:
         if not target.is_delta(ctx.spark, path):
-            target.create_table(ctx.spark, path, source, t.key_columns, s.consumer, t.into, s.target, fan_in=True)
+            target.create_table(ctx.spark, path, target.NewTable(source, t.key_columns, s.consumer, t.into, fan_in=True),
+                                s.target)
     finally:
         if not primary.broken:
             primary.execute(lock[1], (f"pgcdc fan-in {path}",))

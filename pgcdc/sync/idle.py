@@ -28,10 +28,10 @@ from pgcdc.sync.plan import idle_base, idle_move
 from pgcdc.sync.report import TableReport
 
 if TYPE_CHECKING:
-    import psycopg
 
     from pgcdc.source.capture import AttachedTable
     from pgcdc.source.mirror import Mirrored
+    from pgcdc.source.sessions import RunSource
     from pgcdc.sync.pass_cut import PassCut
     from pgcdc.watermark import ConsumerState
 
@@ -47,15 +47,14 @@ def _log_present(path: str) -> bool:
     return folder is None or (folder / "_delta_log").is_dir()
 
 
-def pass_idle(ctx: RunContext, known: "Known", pass_cut: "PassCut | None", primary: "psycopg.Connection",
-              reader: "psycopg.Connection", identity: str,
+def pass_idle(ctx: RunContext, known: "Known", pass_cut: "PassCut | None", src: "RunSource",
               tables: list["AttachedTable"]) -> tuple[dict[str, TableReport], dict[int, int]]:
     """Pass every idle table of `tables` (see the module docstring): their reports, by name;
     and for the others it looked at, by table id, the oldest txid they have to apply (the
     run takes the table whose oldest pending change is oldest first). `known`: each table's
     state and Delta table as this process last synced them (kept up to date here);
     `pass_cut`: the pass's cut, which the idle tables join."""
-    consumer, root = ctx.settings.consumer, target_root(ctx.settings.target.root) + "/"
+    consumer, root, primary = ctx.settings.consumer, target_root(ctx.settings.target.root) + "/", src.primary
     mirrors = mirrored(primary, consumer, [t.table_id for t in tables])
     next_txid = int(primary.execute("select pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0])
     candidates = [t for t in tables if t.table_id in mirrors and mirrors[t.table_id].target.startswith(root)
@@ -67,7 +66,7 @@ def pass_idle(ctx: RunContext, known: "Known", pass_cut: "PassCut | None", prima
     # in a cut, the queue is read in its snapshot and the idle tables join it
     cut = pass_cut if pass_cut is not None and pass_cut.enter("(idle)") else None
     try:
-        return _pass(ctx, known, primary, reader, identity, tables, _Seen(candidates, mirrors, next_txid), cut)
+        return _pass(ctx, known, src, tables, _Seen(candidates, mirrors, next_txid), cut)
     finally:
         if cut is not None:
             cut.exit("(idle)")
@@ -83,30 +82,15 @@ class _Seen:
     next_txid: int
 
 
-def _pass(ctx: RunContext, known_states: "Known", primary: "psycopg.Connection", reader: "psycopg.Connection",
-          identity: str, tables: list["AttachedTable"], seen: _Seen,
+_Bases = dict[int, tuple["AttachedTable", "ConsumerState", str]]
+
+
+def _pass(ctx: RunContext, known_states: "Known", src: "RunSource", tables: list["AttachedTable"], seen: _Seen,
           cut: "PassCut | None") -> tuple[dict[str, TableReport], dict[int, int]]:
     """pass_idle's work once its candidates are known (in the pass's `cut` if given)."""
-    candidates, mirrors, next_txid = seen.candidates, seen.mirrors, seen.next_txid
-    bases: dict[int, tuple["AttachedTable", "ConsumerState", str]] = {}
+    candidates, reader = seen.candidates, src.reader
     with snapshots.reading(reader, None if cut is None else cut.held):
-        current = columns_of(reader, [t.name for t in candidates])
-        for t in candidates:
-            m = mirrors[t.table_id]
-            known = known_states.get(t.table_id)
-            if known is None or known[1] != m.target:
-                state = read_state_file(ctx.spark, m.target, ctx.key(t))
-                known = None if state is None else (state, m.target)
-                if known is not None and ctx.settings.target.history and history.behind(ctx.spark, m.target):
-                    continue  # (a kill before its history followed: the full path folds it)
-            if known is None:
-                continue
-            fp = ctx.fingerprint(t, current[t.name])
-            base = idle_base(t, known[0], m, fp, identity, next_txid)
-            if base is not None and cut is not None and (base.version is None or cut.admits(t, base) is not None):
-                continue  # (the full path finds its Delta version, or says why it cannot join the cut)
-            if base is not None:
-                bases[t.table_id] = (t, base, m.target)
+        bases = _bases(ctx, known_states, src, seen, cut)
         snap = events.take_snapshot(reader)
         queued = events.queued_txids(reader, {tid: base.watermark for tid, (_, base, _) in bases.items()})
     out_of_order = ctx.settings.ingest.mode == "out_of_order"
@@ -122,7 +106,7 @@ def _pass(ctx: RunContext, known_states: "Known", primary: "psycopg.Connection",
         report.pending_events, report.oldest_pending = events.unapplied(queued[tid], state)
         passed[t.name] = report
         moved.append((state, path))
-    mirror_states(primary, moved)
+    mirror_states(src.primary, moved)
     by_id = {t.table_id: t for t in candidates}
     for state, path in moved:
         known_states[state.table_id] = (state, path)
@@ -132,3 +116,28 @@ def _pass(ctx: RunContext, known_states: "Known", primary: "psycopg.Connection",
         ctx.routine(f"{len(passed)} of {len(tables)} table(s) idle: nothing to apply; watermarks moved, "
                     "their Delta tables not read")
     return passed, oldest
+
+
+def _bases(ctx: RunContext, known_states: "Known", src: "RunSource", seen: _Seen, cut: "PassCut | None") -> _Bases:
+    """The candidates whose state is known, agrees with PostgreSQL's mirror and was checked
+    against the columns they have now (plan.idle_base), by table id: each with that state and
+    its Delta table (read in the cut's snapshot, if given)."""
+    bases: _Bases = {}
+    current = columns_of(src.reader, [t.name for t in seen.candidates])
+    for t in seen.candidates:
+        m = seen.mirrors[t.table_id]
+        known = known_states.get(t.table_id)
+        if known is None or known[1] != m.target:
+            state = read_state_file(ctx.spark, m.target, ctx.key(t))
+            known = None if state is None else (state, m.target)
+            if known is not None and ctx.settings.target.history and history.behind(ctx.spark, m.target):
+                continue  # (a kill before its history followed: the full path folds it)
+        if known is None:
+            continue
+        fp = ctx.fingerprint(t, current[t.name])
+        base = idle_base(t, known[0], m, fp, src.identity, seen.next_txid)
+        if base is not None and cut is not None and (base.version is None or cut.admits(t, base) is not None):
+            continue  # (the full path finds its Delta version, or says why it cannot join the cut)
+        if base is not None:
+            bases[t.table_id] = (t, base, m.target)
+    return bases

@@ -37,11 +37,11 @@ from pgcdc.source.mirror import mirror_state, mirrored
 from pgcdc.source.sessions import RunSource, SourceConnections, run_source
 from pgcdc.spark import storage
 from pgcdc.sync import copies, history_folds
-from pgcdc.sync.apply import ColumnsChanged, Planned, apply_batch
+from pgcdc.source.batch_read import ColumnsChanged
+from pgcdc.sync.apply import Planned, apply_batch
 from pgcdc.sync.context import RunContext, TableWork
 from pgcdc.sync.pass_cut import PassCut, leave
-from pgcdc.sync.plan import (check_state, copy_reason, next_step, table_path,
-                             with_mirror)
+from pgcdc.sync.plan import check_state, columns_changed, copy_reason, next_step, table_path, with_mirror
 from pgcdc.sync.report import TableReport
 from pgcdc.watermark import ConsumerState
 
@@ -68,14 +68,10 @@ class Job:
         self.ctx = RunContext(settings, spark, say, following)  # what the steps it calls receive
         self.settings = settings
         self.spark = spark
-        self.sink = say
-        self.following = following
         self.interrupted: Callable[[], bool] = lambda: False  # a stop at once, the second signal (any error then is it)
         self.table_ids: dict[str, int] = {}  # the last run's tables
         self.known: dict[int, tuple[ConsumerState, str]] = {}  # by table id: its state and Delta table, as last synced
-        self.compactor = self.ctx.compactor
         self.connections = SourceConnections(settings.source, keep=following)  # a follower's: kept between runs
-        self.landing = self.ctx.landing
         # (refuses an engine this Delta build cannot run)
         self.chooser = Chooser(spark, settings.ingest.engine,
                                settings.target.history and not settings.target.change_data_feed)
@@ -140,14 +136,13 @@ class Job:
         access.check_readable(reader, t)
         return path, recorded, TableReport(t.name, path), table_columns(reader, t.name)
 
-    def sync_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
-                   identity: str, t: AttachedTable) -> TableReport:
+    def sync_table(self, src: RunSource, t: AttachedTable) -> TableReport:
         """One table's turn in the pass: its Delta table made (or checked: its owner, its files),
         then `sync`, in the pass's cut while it may still read in its snapshot."""
         s = self.settings
-        path, recorded, report, columns = self.open_table(primary, reader, t)
-        schema = self.target_schema(jdbc, t, columns)
-        copies.create_target(self.ctx, primary, t, path, schema)
+        path, recorded, report, columns = self.open_table(src.primary, src.reader, t)
+        schema = self.ctx.target_schema(src.jdbc, t, columns)
+        copies.create_target(self.ctx, src.primary, t, path, schema)
         target.check_owner(self.spark, path, s.consumer, None if recorded else t.target_name, t.into is not None)
         if s.target.database and (name := catalog.register(self.spark, s.target.database, t.target_name, path)):
             self.say(f"{t.name}: registered in the catalog as {name}")
@@ -160,7 +155,7 @@ class Job:
         if cut is not None and not cut.enter(t.name):
             cut = leave(cut, t, cut.late(), self.routine)
         try:
-            return self.sync(TableWork(primary, reader, jdbc, identity, t, columns, path, report), cut, schema)
+            return self.sync(TableWork.of(src, t, columns, path, report), cut, schema)
         finally:
             if cut is not None:
                 cut.exit(t.name)  # (a table that failed: it reads in the snapshot no more)
@@ -175,7 +170,7 @@ class Job:
         self.routine(f"{w.t.name}: {choice.line()}")
         if self.settings.target.history:
             history_folds.catch_up_first(self.ctx, self.later, w.t, w.path)
-        now = self.fingerprint(w.t, w.columns)
+        now = self.ctx.fingerprint(w.t, w.columns)
         quick, cut = self._copy_if_changed(w, cut, schema, now, choice.engine)
         mirror = mirrored(w.primary, self.settings.consumer, [w.t.table_id]).get(w.t.table_id)
         idle, cut = self._idle(w, quick, mirror, cut)
@@ -189,7 +184,7 @@ class Job:
                          engine: Engine) -> tuple[ConsumerState | None, PassCut | None]:
         """Step 1: copy the table if its columns or options changed since its Delta table was
         written (plan.copy_reason); the state its state file holds then."""
-        key = self.key(w.t)
+        key = self.ctx.key(w.t)
         quick = read_state_file(self.spark, w.path, key)
         copied = quick.columns if w.t.into is not None and quick is not None else ""  # (what its rows were copied with)
         why = copy_reason(w.primary, self.spark, self.settings, w.t, w.path, schema, copied, now)
@@ -221,7 +216,7 @@ class Job:
                engine: Engine) -> tuple[ConsumerState, PassCut | None]:
         """Step 3: the state the batches start from: the committed one (checked against the
         database: plan.check_state), a first copy's, or that of a copy in chunks resumed."""
-        state = load_state(self.spark, w.path, self.key(w.t))
+        state = load_state(self.spark, w.path, self.ctx.key(w.t))
         if state is not None:
             state = with_mirror(state, mirror)
         if state is None:
@@ -261,12 +256,12 @@ class Job:
                 cut = leave(cut, t, "the run was asked to stop before the table caught up", self.routine)
                 break
             if 0 < s.ingest.compact_files <= w.report.batches - compacted_at:  # a long backlog: compact on the way
-                self.compactor.between_batches(w.path, t.name, s.ingest.compact_files, t.fan_in_shard)
+                self.ctx.compactor.between_batches(w.path, t.name, s.ingest.compact_files, t.fan_in_shard)
                 compacted_at = w.report.batches
         if state.copy is not None:
             cut = leave(cut, t, CHUNKS_UNDER_WAY, self.routine)
         if w.report.batches and not self.stopping():  # (each batch added files)
-            self.compactor.after_batches(w.path, t.name, s.ingest.compact_files, t.fan_in_shard)
+            self.ctx.compactor.after_batches(w.path, t.name, s.ingest.compact_files, t.fan_in_shard)
         return state, cut
 
     def _batch(self, w: TableWork, state: ConsumerState, cut: PassCut | None, engine: Engine,
@@ -286,6 +281,9 @@ class Job:
                          "table again")
                 why = f"its columns changed: {changed}"
                 w = replace(w, columns=table_columns(w.reader, w.t.name))
+                if w.t.into is None:  # (with on_schema_change = "fail" the table's sync stops here)
+                    columns_changed(self.spark, self.settings, w.t, w.path,
+                                    self.ctx.landing.schema(self.ctx.source_schema(w.jdbc, w.t, w.columns)))
         else:
             self.say(f"{w.t.name}: batch holds {step.why}: copying the table instead of applying the batch")
             why = f"a batch holding {step.why}"
@@ -295,33 +293,16 @@ class Job:
         w.report.batches += 1
         return state, cut, w
 
-    def resync_table(self, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
-                     identity: str, t: AttachedTable) -> TableReport:
+    def resync_table(self, src: RunSource, t: AttachedTable) -> TableReport:
         """Copy one table again from scratch (runs.resync_tables goes over the tables)."""
         s = self.settings
-        path, recorded, report, columns = self.open_table(primary, reader, t)
-        copies.create_target(self.ctx, primary, t, path, self.target_schema(jdbc, t, columns))
+        path, recorded, report, columns = self.open_table(src.primary, src.reader, t)
+        copies.create_target(self.ctx, src.primary, t, path, self.ctx.target_schema(src.jdbc, t, columns))
         target.check_owner(self.spark, path, s.consumer, None if recorded else t.target_name, t.into is not None)
-        last = committed_batch(self.spark, path, self.key(t)) or 0
+        last = committed_batch(self.spark, path, self.ctx.key(t)) or 0
         engine = self.chooser.choose(path).engine
-        w = TableWork(primary, reader, jdbc, identity, t, columns, path, report)
-        return self.finish(w, copies.copy_table(self.ctx, w, last, engine), columns=self.fingerprint(t, columns))
-
-    def key(self, t: AttachedTable) -> str:
-        """What the consumer's state of table `t` goes by in its Delta table (lake/state.py)."""
-        return self.ctx.key(t)
-
-    def fingerprint(self, t: AttachedTable, columns: list[Column]) -> str:
-        """RunContext.fingerprint: what the table's state keeps of the columns checked."""
-        return self.ctx.fingerprint(t, columns)
-
-    def source_schema(self, jdbc: dict[str, str], t: AttachedTable, columns: list[Column]) -> "StructType":
-        """The table's Spark schema as the sync reads it (RunContext.source_schema)."""
-        return self.ctx.source_schema(jdbc, t, columns)
-
-    def target_schema(self, jdbc: dict[str, str], t: AttachedTable, columns: list[Column]) -> "StructType":
-        """The columns of the table's Delta table (RunContext.target_schema)."""
-        return self.ctx.target_schema(jdbc, t, columns)
+        w = TableWork.of(src, t, columns, path, report)
+        return self.finish(w, copies.copy_table(self.ctx, w, last, engine), columns=self.ctx.fingerprint(t, columns))
 
     def finish(self, w: TableWork, state: ConsumerState, engine: Engine | None = None, columns: str = "",
                cut: PassCut | None = None) -> TableReport:

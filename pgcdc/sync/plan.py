@@ -69,7 +69,8 @@ def copy_reason(primary: "psycopg.Connection", spark: "SparkSession", settings: 
     consumers.py), capture no longer covers the table's partition tree (partitions.gaps: a copy
     each run until `pgcdc attach` makes capture follow it), attach asks for another partitioning
     of its Delta table (`layout_changed`), or the table's columns (`source`,
-    as the sync reads them) changed (a fan-in source's: `copied` and `now`, see columns_changed)."""
+    as the sync reads them) changed (a fan-in source's: `copied` and `now`, see columns_changed).
+    (Eight parameters: the last two a fan-in's alone, empty for any other table.)"""
     reason = resync_reason(primary, settings.consumer, t.table_id)
     if reason is not None:
         return f"consumer {settings.consumer} fell past the retention limit ({reason})"
@@ -104,7 +105,7 @@ def columns_changed(spark: "SparkSession", settings: "Settings", t: "AttachedTab
     `on_schema_change = "fail"` a difference stops the table's sync instead. A fan-in
     source's: columns its Delta table lacks or holds with another type, or (`copied`, `now`:
     fingerprints of its columns when its rows were copied and now) any other change
-    (shards.change)."""
+    (shards.change). (Seven parameters: the last two a fan-in's alone, empty for any other table.)"""
     delta = tablelog.read_state(spark, path, need_txns=False).schema()
     changed = target.schema_change(delta, source) if t.into is None else shards.change(delta, source, copied, now)
     if changed is not None and settings.ingest.on_schema_change == "fail":

@@ -25,6 +25,7 @@ from pgcdc.source.selection import canonical, select_tables
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.consumers import record_run
 from pgcdc.source.db import connect
+from pgcdc.source.sessions import RunSource
 from pgcdc.spark.session import activate, get_session, pinned_threads, side_session
 from pgcdc.sync import history_folds, pass_cut
 from pgcdc.sync.pass_cut import PassCut
@@ -57,7 +58,8 @@ def resync(settings: Settings, tables: list[str], spark: "SparkSession | None" =
 def _once(settings: Settings, spark: "SparkSession | None", say: Callable[[str], None] | None, tables: list[str],
           what: str, work: Callable[[Job], list[TableReport]], restored: bool = False) -> list[TableReport]:
     """A one-shot `work` in a local Spark session unless given one. A first SIGTERM/SIGINT (a
-    scheduler's timeout) stops it after the batch in flight (StoppedError), a second at once."""
+    scheduler's timeout) stops it after the batch in flight (StoppedError), a second at once.
+    (Seven parameters: `run` and `resync` differ in what they name, do and check before Spark.)"""
     if spark is None:
         preflight(settings, tables, restored=restored)
     job = Job(settings, spark or get_session(settings.spark, target_root=settings.target.root), say)
@@ -82,15 +84,15 @@ def resync_tables(job: Job, names: list[str], restored: bool = False) -> list[Ta
     """Copy the given tables again from scratch (after a detach/attach, a restore or a schema
     change); `restored`: after a restore, which first clears a queue restored from another database."""
     consumer = job.settings.consumer
-    with job.source(names, restored) as (primary, reader, tables, jdbc, identity):
-        reports = []
-        for t in tables:
+    with job.source(names, restored) as src:
+        primary, reports = src.primary, []
+        for t in src.tables:
             if job.stopping():
                 break
             if not restored:  # (a restore's resync holds the whole consumer)
                 consumers.lease_waiting(primary, consumer, t.table_id, t.name, LEASE_WAIT)
             try:
-                reports.append(job.resync_table(primary, reader, jdbc, identity, t))
+                reports.append(job.resync_table(src, t))
             finally:
                 if not restored and not primary.broken:
                     consumers.unlease(primary, consumer, [t.table_id])
@@ -102,76 +104,90 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
     the reports, and the tables that failed with their errors. One table's failure never
     holds the others back; a lost connection or an interrupt ends the run."""
     began = time.monotonic()
-    consumer = job.settings.consumer
-    with job.source(job.settings.tables) as (primary, reader, tables, jdbc, identity):
-        job.table_ids = {t.name: t.table_id for t in tables}
-        for line in remove_departed(job.spark, primary, consumer, job.settings.target.root):  # (fan-ins' sources)
+    with job.source(job.settings.tables) as src:
+        job.table_ids = {t.name: t.table_id for t in src.tables}
+        for line in remove_departed(job.spark, src.primary, job.settings.consumer,
+                                    job.settings.target.root):  # (fan-ins' sources)
             job.say(line)
-        if not tables:
+        if not src.tables:
             job.say("no tables attached; run `pgcdc attach SCHEMA.TABLE` first")
             return [], {}
-        with reader.transaction():
-            start = events.take_snapshot(reader)
-        record_run(primary, job.settings.consumer, started=canonical(primary, job.settings.tables))
-        for line in schemas.uncaptured_problems(primary):
+        with src.reader.transaction():
+            start = events.take_snapshot(src.reader)
+        record_run(src.primary, job.settings.consumer, started=canonical(src.primary, job.settings.tables))
+        for line in schemas.uncaptured_problems(src.primary):
             job.say(line, logging.WARNING)
-        reports: list[TableReport] = []
-        failed: dict[str, Exception] = {}
-        elsewhere: list[str] = []  # tables another worker of the consumer is applying
         try:
-            live = [t for t in tables if t.name not in skip]
-            later = history_folds.Later()
-            with _cut(job, primary, tables) as cut:
-                job.cut, job.later = cut, later
-                for t in tables:
-                    if t.name in skip and cut is not None:
-                        cut.leave(t, "held back after failures")
-                try:
-                    passed, oldest = _idle(job, primary, reader, identity, live)
-                    reports.extend(passed.values())
-                    # the table whose oldest pending change is oldest first (one never looked at before all)
-                    work = _Pass(sorted((t for t in live if t.name not in passed),
-                                        key=lambda t: oldest.get(t.table_id, 0)))
-                    _apply_in_lanes(job, primary, reader, jdbc, identity, work)
-                finally:
-                    job.cut, job.later = None, None
-            if cut is not None:
-                _record_cut(job, primary, cut, tables)
-            work.failed.update(history_folds.fold_later(job.ctx, later))
-            reports += work.reports
-            failed, elsewhere = work.failed, work.elsewhere
-            if elsewhere:
-                job.routine(f"{len(elsewhere)} table(s) left to the consumer's other workers, which are applying "
-                            f"them: {', '.join(elsewhere)}")
-            for action, part in capture.maintain(primary):
+            work = _pass(job, src, skip)
+            for action, part in capture.maintain(src.primary):
                 job.routine(f"queue: {action} {part}")
         except BaseException as exc:
             if not isinstance(exc, KeyboardInterrupt):  # (a stop at once does not wait for it)
                 with suppress(Exception):
-                    job.compactor.wait()
+                    job.ctx.compactor.wait()
             with suppress(psycopg.Error):  # (the connection may be what failed)
-                record_run(primary, job.settings.consumer, error=first_line(exc))
+                record_run(src.primary, job.settings.consumer, error=first_line(exc))
             raise
-        held = [t.name for t in tables if t.name in skip]
-        tried = [r.table for r in reports] + list(failed)
-        if failed or held:
-            summary = "; ".join([f"{name}: {first_line(exc)}" for name, exc in failed.items()]
-                                + [f"{name}: held back after failures" for name in held])
-            record_run(primary, consumer, tried=tried,
-                       error=f"{len(failed) + len(held)} of {len(tables)} table(s) failed: {summary}",
-                       failed={name: first_line(exc) for name, exc in failed.items()}
-                       | {name: "held back after failures" for name in held})
-        else:  # (a run stopped part-way, or sharing tables with other workers, leaves the txmin all tables reached)
-            record_run(primary, consumer, tried=tried,
-                       start_txmin=None if job.stopping() or elsewhere else start.txmin)
-    seconds = round(time.monotonic() - began, 3)
+        _record_pass(job, src, skip, work, start.txmin)
+    _log_run(job, work, time.monotonic() - began)
+    return work.reports, work.failed
+
+
+def _pass(job: Job, src: RunSource, skip: frozenset[str]) -> "_Pass":
+    """One pass over the tables: the idle ones left alone, the others applied in lanes, oldest
+    pending change first, in the pass's cut (written once they are done), then the histories
+    folded once a pass (a fan-in's)."""
+    live = [t for t in src.tables if t.name not in skip]
+    later = history_folds.Later()
+    with _cut(job, src.primary, src.tables) as cut:
+        job.cut, job.later = cut, later
+        for t in src.tables:
+            if t.name in skip and cut is not None:
+                cut.leave(t, "held back after failures")
+        try:
+            passed, oldest = _idle(job, src, live)
+            # the table whose oldest pending change is oldest first (one never looked at before all)
+            work = _Pass(sorted((t for t in live if t.name not in passed), key=lambda t: oldest.get(t.table_id, 0)))
+            work.reports.extend(passed.values())
+            _apply_in_lanes(job, src, work)
+        finally:
+            job.cut, job.later = None, None
+    if cut is not None:
+        _record_cut(job, src.primary, cut, src.tables)
+    work.failed.update(history_folds.fold_later(job.ctx, later))
+    if work.elsewhere:
+        job.routine(f"{len(work.elsewhere)} table(s) left to the consumer's other workers, which are applying "
+                    f"them: {', '.join(work.elsewhere)}")
+    return work
+
+
+def _record_pass(job: Job, src: RunSource, skip: frozenset[str], work: "_Pass", start_txmin: int) -> None:
+    """Record the pass in pgcdc.consumer_run for `pgcdc status`: the tables that failed or were
+    held back, or the txmin every table reached."""
+    consumer, failed = job.settings.consumer, work.failed
+    held = [t.name for t in src.tables if t.name in skip]
+    tried = [r.table for r in work.reports] + list(failed)
+    if failed or held:
+        summary = "; ".join([f"{name}: {first_line(exc)}" for name, exc in failed.items()]
+                            + [f"{name}: held back after failures" for name in held])
+        record_run(src.primary, consumer, tried=tried,
+                   error=f"{len(failed) + len(held)} of {len(src.tables)} table(s) failed: {summary}",
+                   failed={name: first_line(exc) for name, exc in failed.items()}
+                   | {name: "held back after failures" for name in held})
+    else:  # (a run stopped part-way, or sharing tables with other workers, leaves the txmin all tables reached)
+        record_run(src.primary, consumer, tried=tried,
+                   start_txmin=None if job.stopping() or work.elsewhere else start_txmin)
+
+
+def _log_run(job: Job, work: "_Pass", seconds: float) -> None:
+    reports, failed = work.reports, work.failed
     events_, batches = sum(r.events for r in reports), sum(r.batches for r in reports)
-    _log.log(logging.INFO if any(r.wrote for r in reports) or failed or not job.following else logging.DEBUG,
+    _log.log(logging.INFO if any(r.wrote for r in reports) or failed or not job.ctx.following else logging.DEBUG,
              "run of consumer %s: %d table(s) synced, %d failed; %d events in %d batches (%.2f s)",
              job.settings.consumer, len(reports), len(failed), events_, batches, seconds,
              extra=fields(records.Run(job.settings.consumer, len(reports), sorted(failed), batches, events_,
-                                      sum(r.upserted for r in reports), sum(r.deleted for r in reports), seconds)))
-    return reports, failed
+                                      sum(r.upserted for r in reports), sum(r.deleted for r in reports),
+                                      round(seconds, 3))))
 
 
 @contextmanager
@@ -220,8 +236,7 @@ class _Pass:
             self.todo.clear()
 
 
-def _apply_in_lanes(job: Job, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
-                    identity: str, work: _Pass) -> None:
+def _apply_in_lanes(job: Job, src: RunSource, work: _Pass) -> None:
     """Apply the pass's tables: in this thread, and in up to `[ingest] parallel_tables` - 1 lanes
     beside it (lane_jobs), each taking the next table as it is free. A lane that fails as a
     whole (its connection, a stop at once) ends the pass after the tables in flight."""
@@ -233,7 +248,7 @@ def _apply_in_lanes(job: Job, primary: psycopg.Connection, reader: psycopg.Conne
     for thread in threads:
         thread.start()
     try:
-        _apply(job, primary, reader, jdbc, identity, work)
+        _apply(job, src, work)
     except KeyboardInterrupt:  # (a stop at once: the daemon lanes end with the process)
         work.end()
         raise
@@ -256,25 +271,24 @@ def _lane(job: Job, work: _Pass, errors: list[BaseException]) -> None:
     its own Spark session's confs (spark.session.activate)."""
     try:
         activate(job.spark)
-        with job.source(job.settings.tables) as (primary, reader, _, jdbc, identity):
+        with job.source(job.settings.tables) as src:
             try:
-                _apply(job, primary, reader, jdbc, identity, work)
+                _apply(job, src, work)
             except BaseException:
                 with suppress(Exception):
-                    job.compactor.wait()
+                    job.ctx.compactor.wait()
                 raise
     except BaseException as exc:  # (raised by the pass, in the run's thread)
         work.end()
         errors.append(exc)
 
 
-def _apply(job: Job, primary: psycopg.Connection, reader: psycopg.Connection, jdbc: dict[str, str],
-           identity: str, work: _Pass) -> None:
+def _apply(job: Job, src: RunSource, work: _Pass) -> None:
     """The one loop over tables, in each lane: take the pass's next table, lease it (another
     worker may be applying it) and sync it. One table's failure never holds the others back;
     a lost connection or an interrupt ends the lane. The leases go once the lane's
     compaction is done (the next run may write the table)."""
-    consumer = job.settings.consumer
+    consumer, primary, reader = job.settings.consumer, src.primary, src.reader
     leased: list[int] = []
     while not job.stopping() and (t := work.next()) is not None:
         if not consumers.lease(primary, consumer, [t.table_id]):
@@ -284,7 +298,7 @@ def _apply(job: Job, primary: psycopg.Connection, reader: psycopg.Connection, jd
             continue
         leased.append(t.table_id)
         try:
-            work.reports.append(job.sync_table(primary, reader, jdbc, identity, t))
+            work.reports.append(job.sync_table(src, t))
         except Exception as exc:  # one table's problem never holds the others back
             if primary.broken or reader.broken or job.interrupted():
                 raise  # (the connection itself, or a stop at once: no other table goes on)
@@ -293,7 +307,7 @@ def _apply(job: Job, primary: psycopg.Connection, reader: psycopg.Connection, jd
             work.failed[t.name] = exc
             if job.cut is not None:
                 job.cut.leave(t, f"it failed: {first_line(exc)}")
-    job.compactor.wait()
+    job.ctx.compactor.wait()
     consumers.unlease(primary, consumer, leased)
 
 
@@ -303,7 +317,7 @@ def lane_jobs(job: Job, n: int) -> list[Job]:
     (side_session: what one sets around a commit never lands in another's), sharing what `job`
     knows of each table; kept in `job.lanes` for a follower's next runs."""
     while len(job.lanes) < n:
-        lane = Job(job.settings, side_session(job.spark, job.settings.spark.conf), job.sink, job.following)
+        lane = Job(job.settings, side_session(job.spark, job.settings.spark.conf), job.ctx.sink, job.ctx.following)
         lane.known, lane.schemas = job.known, job.schemas
         job.lanes.append(lane)
     for lane in job.lanes[:n]:
@@ -312,15 +326,14 @@ def lane_jobs(job: Job, n: int) -> list[Job]:
     return job.lanes[:n]
 
 
-def _idle(job: Job, primary: psycopg.Connection, reader: psycopg.Connection, identity: str,
-          tables: list[AttachedTable]) -> tuple[dict[str, TableReport], dict[int, int]]:
+def _idle(job: Job, src: RunSource, tables: list[AttachedTable]) -> tuple[dict[str, TableReport], dict[int, int]]:
     """The idle tables a pass leaves alone, of those no other worker holds, and the oldest
     pending txid of the others it looked at (sync/idle.py); none if looking fails (each table's
     full path then meets the problem on its own), unless a connection broke."""
-    consumer = job.settings.consumer
+    consumer, primary, reader = job.settings.consumer, src.primary, src.reader
     got = consumers.lease(primary, consumer, [t.table_id for t in tables])
     try:
-        return pass_idle(job.ctx, job.known, job.cut, primary, reader, identity, [t for t in tables if t.table_id in got])
+        return pass_idle(job.ctx, job.known, job.cut, src, [t for t in tables if t.table_id in got])
     except Exception as exc:
         if primary.broken or reader.broken or job.interrupted():
             raise

@@ -115,7 +115,7 @@ class FastEngine:
             keys = key_read.result
         read = None
         try:
-            read = work.read()
+            read = work.read
             fetched_rows = rows
             local_rows = (lambda: driver_write.arrow_rows(fetched_rows.result(), read.schema)) \
                 if fetched_rows is not None else None
@@ -128,8 +128,8 @@ class FastEngine:
                 landed_rows = lambda version: landed.rows(work.spark, work.path, version,  # noqa: E731
                                                           shaped_read, landing, bounds)
             # (the driver takes the bounds from the keys it reads, of the first key column)
-            return commit.merge(work.spark, work.path, read, work.state, work.before_commit,
-                                None if keys is not None else bounds, keys, local_rows, landed_rows)
+            return commit.merge(commit.Applying(work.spark, work.path, read, work.state, work.before_commit,
+                                                landed_rows), None if keys is not None else bounds, keys, local_rows)
         finally:
             # the reader connection is free again before anything else uses it
             wait([f for f in (rows, key_read) if f is not None])
@@ -140,8 +140,7 @@ class FastEngine:
         """A small table's copy written by the driver (driver_copy), where it is local."""
         if local_folder(work.path) is None:
             return None
-        return driver_copy.copy(work.spark, work.path, work.rows, work.schema, work.key_columns, work.state,
-                                work.before_commit)
+        return driver_copy.copy(work)
 
     def finish(self, path: str) -> None:
         """Drop the key indexes of data files VACUUM deleted."""

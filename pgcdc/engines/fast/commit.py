@@ -34,17 +34,30 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-    from pgcdc.source.enrich import BatchRead
+    from pgcdc.source.batch_read import BatchRead
 
 _FILE, _ROW = "__pgcdc_file", "__pgcdc_row"
 T = TypeVar("T")
 BROADCAST_KEYS = 2_000_000
 
 
-def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerState, before_commit: Callable[[], None],
-          bounds: tuple[int, int] | None = None, keys: "Callable[[], pa.Table] | None" = None,
-          local_rows: "Callable[[], pa.Table | None] | None" = None,
-          landed_rows: "Callable[[int], DataFrame] | None" = None) -> Written:
+@dataclass(frozen=True)
+class Applying:
+    """One batch as the fast engine commits it: into the Delta table at `path`, its `read`
+    (source/batch_read.py), with `state`; `before_commit` runs once every row is read and
+    written, right before the commit. `landed_rows` (given the version the transaction read)
+    gives the rows to write instead of `read.rows` (a table with pgcdc's columns: landed.py)."""
+
+    spark: "SparkSession"
+    path: str
+    read: "BatchRead"
+    state: ConsumerState
+    before_commit: Callable[[], None]
+    landed_rows: "Callable[[int], DataFrame] | None" = None
+
+
+def merge(a: Applying, bounds: tuple[int, int] | None = None, keys: "Callable[[], pa.Table] | None" = None,
+          local_rows: "Callable[[], pa.Table | None] | None" = None) -> Written:
     """Apply one batch in one Delta commit that also carries the state.
 
     Every Delta row whose key is in the batch (`read.keys`) is marked deleted with a
@@ -58,12 +71,10 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
     Spark writes `read.rows`; else Spark joins `read.keys` to the stored key columns.
     `local_rows` (gives the same as `read.rows`, read on the driver, with `keys`)
     lets the driver write them too (driver_write); where it gives None, Spark writes.
-    `landed_rows` (given the version the transaction read) gives the rows to write instead of
-    `read.rows` (a table with pgcdc's columns: landed.py).
-    `before_commit` runs once every row is read and written, right before the commit.
     """
     from pyspark import StorageLevel
 
+    spark, path, read, state = a.spark, a.path, a.read, a.state
     started = time.monotonic()
     txn = cls(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path).startTransaction()
     if read_committed_version(txn, app_id(state.key)) >= state.batch:
@@ -77,27 +88,28 @@ def merge(spark: "SparkSession", path: str, read: "BatchRead", state: ConsumerSt
     # those files (OPTIMIZE elsewhere) makes this commit fail instead of resurrecting rows.
     files = pylist(spark, read_all_files(txn))
     if keys is not None and not renames_columns(txn):
-        (added, write_ms), ((files, vectors, found), scan_ms) = alongside(  # rows written while old ones are found
-            lambda: _timed(lambda: _write_rows(spark, txn, read, local_rows, landed_rows)),
+        (added, write_ms), (found, scan_ms) = alongside(  # rows written while old ones are found
+            lambda: _timed(lambda: _write_rows(a, txn, local_rows)),
             lambda: _timed(lambda: _found_on_driver(spark, txn, files, read, keys())))
-        return _apply(spark, path, txn, files, vectors, found, read, state, before_commit,
-                      _Timing(started, scan_ms, write_ms), added, landed_rows)
+        return _apply(a, txn, found, _Timing(started, scan_ms, write_ms), added)
     if bounds is not None:  # files whose key range misses the batch hold none of its keys
         files = files_overlapping(files, read.key_columns[0], *bounds)
     key_frame = read.keys.persist(StorageLevel.MEMORY_AND_DISK)  # read once from PostgreSQL: counted, then joined
     try:
         num_keys = key_frame.count()
         vectors, scan_ms = _timed(lambda: _matched_rows(spark, txn, files, key_frame, num_keys, bounds))
-        return _apply(spark, path, txn, files, vectors, _Found(num_keys, bounds), read, state, before_commit,
-                      _Timing(started, scan_ms), None, landed_rows)
+        return _apply(a, txn, _Found(files, vectors, num_keys, bounds), _Timing(started, scan_ms), None)
     finally:
         key_frame.unpersist()
 
 
 @dataclass
 class _Found:
-    """A batch's number of keys and their lowest and highest (of a one-column integer key)."""
+    """A batch's old rows: the files that may hold its keys, the deletion vectors over its keys'
+    rows in them, its number of keys and their lowest and highest (of a one-column integer key)."""
 
+    files: list[Any]
+    vectors: Any
     keys: int
     bounds: tuple[int, int] | None
 
@@ -117,8 +129,7 @@ def _timed(work: Callable[[], T]) -> tuple[T, int]:
     return result, int((time.monotonic() - began) * 1000)
 
 
-def _found_on_driver(spark: "SparkSession", txn: Any, files: list[Any], read: "BatchRead",
-                     keys: "pa.Table") -> tuple[list[Any], Any, _Found]:
+def _found_on_driver(spark: "SparkSession", txn: Any, files: list[Any], read: "BatchRead", keys: "pa.Table") -> _Found:
     """The files that may hold `keys` (by their key range), the deletion vectors over their
     rows of `keys` (found by the driver; by a Spark join if a file is not on the local file
     system), and the number of keys."""
@@ -130,34 +141,32 @@ def _found_on_driver(spark: "SparkSession", txn: Any, files: list[Any], read: "B
         vectors = _matched_rows(spark, txn, files, read.keys, keys.num_rows, bounds)
     else:
         vectors = driver_marks.deletion_vectors(spark, txn, files, paths, read.key_columns, keys)
-    return files, vectors, _Found(keys.num_rows, bounds)
+    return _Found(files, vectors, keys.num_rows, bounds)
 
 
-def _write_rows(spark: "SparkSession", txn: Any, read: "BatchRead", local_rows: "Callable[[], pa.Table | None] | None",
-                landed_rows: "Callable[[int], DataFrame] | None") -> list[Any]:
+def _write_rows(a: Applying, txn: Any, local_rows: "Callable[[], pa.Table | None] | None") -> list[Any]:
     """Write the batch's rows: by the driver where it has them (`local_rows`), else by a Spark
     job (`landed_rows`, or the live rows); their AddFiles."""
     table = local_rows() if local_rows is not None else None
-    added = driver_write.write(spark, txn, table, read.key_columns) if table is not None else None
+    added = driver_write.write(a.spark, txn, table, a.read.key_columns) if table is not None else None
     if added is not None:
         return added
-    rows = landed_rows(int(txn.readVersion())) if landed_rows is not None else read.rows
-    return pylist(spark, txn.writeFiles(rows._jdf))
+    rows = a.landed_rows(int(txn.readVersion())) if a.landed_rows is not None else a.read.rows
+    return pylist(a.spark, txn.writeFiles(rows._jdf))
 
 
-def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], vectors: Any, found: _Found,
-           read: "BatchRead", state: ConsumerState, before_commit: Callable[[], None], timing: _Timing,
-           added: list[Any] | None = None, landed_rows: "Callable[[int], DataFrame] | None" = None) -> Written:
+def _apply(a: Applying, txn: Any, found: _Found, timing: _Timing, added: list[Any] | None) -> Written:
     """Commit the rows' new files (`added`, written by the driver; if None, Spark writes them
-    now) with the deletion vectors (`vectors`, over `files`) and the state, with a MERGE's
-    operation parameters and metrics."""
-    removals, dv_metrics = _mark_deleted(spark, txn, files, vectors)
+    now) with the deletion vectors (`found`) and the state, with a MERGE's operation
+    parameters and metrics."""
+    spark = a.spark
+    removals, dv_metrics = _mark_deleted(spark, txn, found.files, found.vectors)
     if added is None:
-        written, timing.write_ms = _timed(lambda: _write_rows(spark, txn, read, None, landed_rows))
+        written, timing.write_ms = _timed(lambda: _write_rows(a, txn, None))
     else:
         written = added
-    added_json = [json.loads(a.json())["add"] for a in written]
-    upserted = sum(json.loads(a["stats"]).get("numRecords", 0) for a in added_json if a.get("stats"))
+    added_json = [json.loads(x.json())["add"] for x in written]
+    upserted = sum(json.loads(x["stats"]).get("numRecords", 0) for x in added_json if x.get("stats"))
     # Keys split into updated (old row and current row), deleted (old row, no current row) and
     # inserted (current row only); the counts give them exactly unless a key had neither (inserted
     # and deleted within the batch), which counts as deleted here and as nothing in Delta's MERGE.
@@ -172,15 +181,16 @@ def _apply(spark: "SparkSession", path: str, txn: Any, files: list[Any], vectors
         "numTargetRowsNotMatchedBySourceDeleted": 0,
         "numTargetFilesAdded": len(written), "numTargetFilesRemoved": dv_metrics.get("numRemovedFiles", 0),
         "numTargetChangeFilesAdded": 0,
-        "numTargetBytesAdded": sum(int(a.get("size", 0)) for a in added_json),
+        "numTargetBytesAdded": sum(int(x.get("size", 0)) for x in added_json),
         "numTargetBytesRemoved": _bytes_removed(removals),
         "numTargetDeletionVectorsAdded": dv_metrics.get("numDeletionVectorsAdded", 0),
         "numTargetDeletionVectorsRemoved": dv_metrics.get("numDeletionVectorsRemoved", 0),
         "numTargetDeletionVectorsUpdated": dv_metrics.get("numDeletionVectorsUpdated", 0),
         "scanTimeMs": timing.scan_ms, "rewriteTimeMs": timing.write_ms, "materializeSourceTimeMs": 0,
         "executionTimeMs": int((time.monotonic() - timing.started) * 1000)})
-    before_commit()
-    version = commit_actions(spark, path, txn, removals + written, state, _operation(spark, read.key_columns, found.bounds))
+    a.before_commit()
+    version = commit_actions(spark, a.path, txn, removals + written, a.state,
+                             _operation(spark, a.read.key_columns, found.bounds))
     return Written(version, upserted, deleted)
 
 

@@ -12,8 +12,7 @@ schema, which only Spark's overwrite does); anything else returns None and Spark
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pgcdc.engines.fast import driver_write
 from pgcdc.engines.fast.commit import commit_actions, record_metrics
@@ -23,28 +22,26 @@ from pgcdc.spark.jvm import cls, pylist
 from pgcdc.spark.jvm import none as jvm_none
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pgcdc.engines.work import CopyWork
+
+
+def copy(work: "CopyWork") -> Written | None:
+    """Replace the table's contents with `work.rows()` (values in `work.schema`'s column order) in
+    one commit carrying `work.state`; None (nothing written) where Spark has to copy it."""
     from pyspark.sql.types import StructType
 
-    from pgcdc.watermark import ConsumerState
-
-
-def copy(spark: "SparkSession", path: str, rows: Callable[[], list[tuple[Any, ...]] | None], schema: "StructType",
-         key_columns: list[str], state: "ConsumerState", before_commit: Callable[[], None]) -> Written | None:
-    """Replace the table's contents with `rows()` (values in `schema`'s column order) in one
-    commit carrying `state`; None (nothing written) where Spark has to copy it."""
-    from pyspark.sql.types import StructType
+    spark, path, schema = work.spark, work.path, work.schema
 
     txn = cls(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path).startTransaction()
     stored = StructType.fromJson(json.loads(json.loads(txn.metadata().json())["metaData"]["schemaString"]))
     if schema_change(stored, schema) is not None:
         return None
-    table = driver_write.arrow_rows(rows(), schema)
+    table = driver_write.arrow_rows(work.rows(), schema)
     if table is None:
         return None
     files = pylist(spark, read_all_files(txn))  # (read whole: a concurrent rewrite fails this commit)
     # (an empty table: no file, as Spark's overwrite of no rows)
-    added = driver_write.write(spark, txn, table, key_columns) if table.num_rows else []
+    added = driver_write.write(spark, txn, table, work.key_columns) if table.num_rows else []
     if added is None:
         return None
     removed = [f.remove() for f in files]
@@ -52,10 +49,10 @@ def copy(spark: "SparkSession", path: str, rows: Callable[[], list[tuple[Any, ..
     record_metrics(spark, txn, {"numFiles": len(added), "numOutputRows": table.num_rows,
                                 "numOutputBytes": added_bytes, "numRemovedFiles": len(files),
                                 "numRemovedBytes": sum(int(f.size()) for f in files)})
-    before_commit()
+    work.before_commit()
     operation = cls(spark, "org.apache.spark.sql.delta.DeltaOperations$Write")(
         getattr(cls(spark, "org.apache.spark.sql.SaveMode"), "Overwrite"), jvm_none(spark), jvm_none(spark),
         jvm_none(spark))
-    version = commit_actions(spark, path, txn, removed + added, state, operation)
+    version = commit_actions(spark, path, txn, removed + added, work.state, operation)
     return Written(version, table.num_rows, 0)
 

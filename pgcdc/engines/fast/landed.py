@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from pgcdc.lake.landing import Landing
-    from pgcdc.source.enrich import BatchRead
+    from pgcdc.source.batch_read import BatchRead
 
 
 def rows(spark: "SparkSession", path: str, version: int, read: "BatchRead", landing: "Landing",
