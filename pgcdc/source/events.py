@@ -176,6 +176,21 @@ def visible_at_or_above(conn: psycopg.Connection, table_id: int, snap: Snapshot)
     return _ranges_between_gaps([r[0] for r in rows], snap)
 
 
+def truncated_after(conn: psycopg.Connection, snap: Snapshot, table_ids: list[int]) -> set[int]:
+    """The tables (of `table_ids`) with a TRUNCATE or a rewrite (an event of op T) committed that
+    the snapshot does not show. Neither is MVCC-safe: PostgreSQL shows such a table empty to a
+    snapshot taken before it, so what was read of it in `snap` may be wrong. A standby's snapshot
+    does not say which transactions were in progress: there, any at or above its txmin. Read on
+    the primary, which has every event a standby has."""
+    if not table_ids:
+        return set()
+    rows = conn.execute("select distinct q.table_id from pgcdc.commit_queue q where q.op = 'T' "
+                        "and q.table_id = any(%s) and q.txid >= %s::text::xid8 "
+                        "and (%s or q.txid >= %s::text::xid8 or q.txid::text::bigint = any(%s))",
+                        (table_ids, str(snap.txmin), snap.standby, str(snap.xmax), list(snap.in_progress))).fetchall()
+    return {r[0] for r in rows}
+
+
 def wait_for_txmin(reader: psycopg.Connection, txmin: int, role: str, timeout: float = 60) -> None:
     """Wait until the reader's snapshots have reached `txmin` (a standby replays the primary
     with a lag); fail naming the lag after `timeout` seconds."""

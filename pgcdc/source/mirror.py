@@ -71,17 +71,19 @@ def mirrored(conn: "psycopg.Connection", consumer: str, table_ids: list[int]) ->
 def register_table(conn: "psycopg.Connection", consumer: str, table_id: int, target: str) -> int:
     """Before a copy takes its snapshot: make queue retention keep the table's events from the
     primary's current xmin on (a state already there keeps its lower watermark; one marked for a
-    resync records it as copy_from); return that xmin. A snapshot taken afterwards has an xmin at
-    least as high, so every event the copy leaves to the queue is kept."""
+    resync records it as copy_from). Returns the txid retention keeps the table's events from
+    now (pgcdc.retention_horizon's term for it): a snapshot whose txmin is at least that has
+    every event the copy leaves to the queue kept, a snapshot taken afterwards included."""
     xmin = int(conn.execute("select pg_snapshot_xmin(pg_current_snapshot())::text::bigint").fetchone()[0])
-    conn.execute(
+    row = conn.execute(
         "insert into pgcdc.consumer_state (consumer, table_id, target, watermark, batch) "
         "values (%s, %s, %s, %s::text::xid8, 0) on conflict (consumer, table_id) do update "
         "set watermark = least(pgcdc.consumer_state.watermark, excluded.watermark), "
         "copy_from = case when pgcdc.consumer_state.resync_reason is not null "
-        "  then least(pgcdc.consumer_state.copy_from, excluded.watermark) end",  # (least() skips a null)
-        (consumer, table_id, target, str(xmin)))
-    return xmin
+        "  then least(pgcdc.consumer_state.copy_from, excluded.watermark) end "  # (least() skips a null)
+        "returning (case when resync_reason is null then watermark else copy_from end)::text::bigint",
+        (consumer, table_id, target, str(xmin))).fetchone()
+    return int(row[0])
 
 
 def recorded_target(conn: "psycopg.Connection", consumer: str, table_id: int) -> str | None:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from pgcdc.source.sessions import RunSource
     from pgcdc.lake.target import Written
+    from pgcdc.sync.pass_cut import PassCut
     from pgcdc.sync.report import TableReport
 
 _log = logging.getLogger("pgcdc.sync.ingest")  # (the Job's lines; each step passes its own logger)
@@ -73,6 +74,7 @@ class RunContext:
         self.following = following
         self.landing = Landing.of(settings.target)  # what lands beside the source's columns
         self.compactor = Compactor(spark, settings.spark.conf)  # small files, beside the run
+        self.cut: "PassCut | None" = None  # the pass's cut (sync/pass_cut.py), shared with its lanes
         self.stopping: Callable[[], bool] = lambda: False  # a stop request (a signal), seen between batches
         self.on_copy: Callable[[str, float, float | None], None] | None = None  # (table, done 0-1, seconds left)
         self.schemas: dict[int, tuple[object, "StructType"]] = {}  # by table id: its columns and their Spark schema

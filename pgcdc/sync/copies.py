@@ -11,6 +11,7 @@ the state.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -23,9 +24,11 @@ from pgcdc.source import capture, chunks, enrich, events, partitions, snapshots
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.columns import columns_of
 from pgcdc.source.mirror import mark_committing, register_table
+from pgcdc.source.snapshots import Held
 from pgcdc.sync.context import RunContext, TableWork
 from pgcdc.sync.chunked_copy import chunk_rows, copy_in_chunks, found_rows
-from pgcdc.sync.plan import copy_on_driver, partition_columns, whole_copy_reason
+from pgcdc.sync.pass_cut import PassCut, leave
+from pgcdc.sync.plan import copy_on_driver, one_chunk, partition_columns, whole_copy_reason
 from pgcdc.watermark import ConsumerState
 
 if TYPE_CHECKING:
@@ -59,28 +62,64 @@ def create_target(ctx: RunContext, primary: psycopg.Connection, t: AttachedTable
             primary.execute(lock[1], (f"pgcdc fan-in {path}",))
 
 
-def copy_table(ctx: RunContext, w: TableWork, last_batch: int, engine: Engine | None = None) -> ConsumerState:
-    """Copy the whole table (first sync or resync), replacing the Delta table's contents: in
-    chunks where it can (sync/chunked_copy.py; the state returned may still hold a copy under way if
-    the job was asked to stop), else in one snapshot, a small table by `engine` itself where it
-    can (plan.copy_on_driver, Engine.copy).
+CHUNKED = "copied in chunks, each chunk in a snapshot of its own"
 
-    In one snapshot, all JDBC partitions read in one exported snapshot, whose txmin becomes
-    the watermark: changes the snapshot does not show are in the queue above it, which keeps
-    them from the registration on."""
+
+def copy_table(ctx: RunContext, w: TableWork, last_batch: int, engine: Engine | None = None,
+               cut: PassCut | None = None, why: str = "") -> tuple[ConsumerState, PassCut | None]:
+    """Copy the whole table (first sync or resync), replacing the Delta table's contents; the
+    one place that decides how, and whether the table stays in the pass's `cut` (given while it
+    reads in it; `why`: what made the copy, named where it leaves). Returns the state (it may
+    still hold a copy under way if the job was asked to stop between chunks) and the cut the
+    table goes on in.
+
+    - In chunks where it can (sync/chunked_copy.py): out of the cut, and the pass lets its
+      snapshot go first (PassCut.close), so no snapshot is held for longer than a chunk's read.
+    - Else in one snapshot, all JDBC partitions reading in it, a small table by `engine` itself
+      where it can (plan.copy_on_driver, Engine.copy): the pass's, joining its cut, where the
+      table holds no more than one chunk and the queue keeps its events from that snapshot on
+      (`_outside`); else one of its own, leaving the cut. The snapshot's txmin becomes the
+      watermark: changes it does not show are in the queue above it, which keeps them from the
+      registration on.
+    (Six parameters: the cut and why the table is copied, for the cut's record.)"""
     reader, jdbc, t, columns, path = w.reader, w.jdbc, w.t, w.columns, w.path
     size = partitions.size(reader, t.name)
     key, uncut = chunks.cut_key(reader, t, columns)
     log = tablelog.read_state(ctx.spark, path, need_txns=False)
     if t.into is not None and _retyped_alike(ctx, reader, t, path, ctx.source_schema(jdbc, t, columns), log):
         log = tablelog.read_state(ctx.spark, path, need_txns=False)
-    if whole_copy_reason(log, t, ctx.target_schema(jdbc, t, columns), size, chunk_rows(ctx.settings.copies, size),
-                         uncut) is None:
+    per_chunk = chunk_rows(ctx.settings.copies, size)
+    if whole_copy_reason(log, t, ctx.target_schema(jdbc, t, columns), size, per_chunk, uncut) is None:
         assert key is not None
-        return copy_in_chunks(ctx, w, key, None, last_batch, size)
+        cut = leave(cut, t, f"{CHUNKED} ({why})" if why else CHUNKED, ctx.routine)
+        if ctx.cut is not None:
+            ctx.cut.close(f"a copy of {t.name} in chunks began")
+        return copy_in_chunks(ctx, w, key, None, last_batch, size), cut
     registered = register_table(w.primary, ctx.settings.consumer, t.table_id, path)
+    refused = None if cut is None else _outside(cut, size, per_chunk, registered)
+    if cut is not None and refused is None:
+        state = _copy(ctx, w, _Whole(last_batch, registered, engine, size, cut.held))
+        cut.copied_in(t, state)
+        return state, cut
+    cut = leave(cut, t, f"copied in a snapshot of its own ({why}; {refused})" if why else
+                f"copied in a snapshot of its own ({refused})", ctx.routine)
     return events.once_reached(reader, registered, ctx.settings.source.reader_role,
-                               lambda: _copy(ctx, w, last_batch, registered, engine, size))
+                               lambda: _copy(ctx, w, _Whole(last_batch, registered, engine, size))), cut
+
+
+def _outside(cut: PassCut, size: partitions.Size, per_chunk: int, registered: int) -> str | None:
+    """Why a whole copy cannot read in the pass's snapshot, or None: the pass no longer lets
+    tables read in it, the table holds more than a chunk (its copy would hold the snapshot as
+    long as it reads: it gets one of its own), or the queue keeps its events only from after the
+    snapshot (`registered`: a first copy registered since, or a standby that has not replayed
+    the registration)."""
+    if not cut.open():
+        return cut.late()
+    if not one_chunk(size, per_chunk):
+        return "it holds more than one chunk, and the pass's snapshot is held for no copy that long"
+    if registered > cut.held.snap.txmin:
+        return "the queue keeps its events only from after the pass's snapshot (it was registered since)"
+    return None
 
 
 def _retyped_alike(ctx: RunContext, reader: psycopg.Connection, t: AttachedTable, path: str, source: "StructType",
@@ -110,21 +149,38 @@ def _retyped_alike(ctx: RunContext, reader: psycopg.Connection, t: AttachedTable
     return True
 
 
-def _copy(ctx: RunContext, w: TableWork, last_batch: int, registered: int, engine: Engine | None,
-          size: partitions.Size) -> ConsumerState:
-    """copy_table's copy (of a table of `size`) in one snapshot of the reader, which must have
-    reached `registered`."""
+@dataclass(frozen=True)
+class _Whole:
+    """A copy in one snapshot: the batch number it follows, the txid the queue keeps the table's
+    events from (register_table), the engine that may write it, the table's size, and the
+    pass's snapshot it reads in (`held`), or None: one of its own."""
+
+    last_batch: int
+    registered: int
+    engine: Engine | None
+    size: partitions.Size
+    held: Held | None = None
+
+
+def _copy(ctx: RunContext, w: TableWork, whole: _Whole) -> ConsumerState:
+    """copy_table's copy in one snapshot of the reader (the pass's, or its own, which must have
+    reached the registration)."""
     primary, reader, jdbc, t, columns, path = w.primary, w.reader, w.jdbc, w.t, w.columns, w.path
-    with snapshots.reading(reader):  # held open while Spark copies: the partitions share its snapshot
-        snap = events.take_snapshot(reader)
-        if snap.txmin < registered:  # a standby that has not replayed the registration yet
-            raise events.Behind(snap.txmin)
-        exported = reader.execute("select pg_export_snapshot()").fetchone()[0]
-        ctx.say(f"{t.name}: copying the whole table ({size.total_pages} pages) ...", log=_log)
+    size, engine = whole.size, whole.engine
+    with snapshots.reading(reader, whole.held):  # held open while Spark copies: the partitions share its snapshot
+        if whole.held is not None:
+            snap, exported = whole.held.snap, whole.held.exported
+        else:
+            snap = events.take_snapshot(reader)
+            if snap.txmin < whole.registered:  # a standby that has not replayed the registration yet
+                raise events.Behind(snap.txmin)
+            exported = reader.execute("select pg_export_snapshot()").fetchone()[0]
+        ctx.say(f"{t.name}: copying the whole table ({size.total_pages} pages"
+                f"{', in the pass snapshot' if whole.held is not None else ''}) ...", log=_log)
         # the transactions at or above txmin whose changes the snapshot shows are copied too
         applied = events.visible_at_or_above(reader, t.table_id, snap)
-        state = ConsumerState(ctx.settings.consumer, t.name, t.table_id, w.identity, snap.txmin, batch=last_batch,
-                              columns=ctx.fingerprint(t, columns),
+        state = ConsumerState(ctx.settings.consumer, t.name, t.table_id, w.identity, snap.txmin,
+                              batch=whole.last_batch, columns=ctx.fingerprint(t, columns),
                               shard=t.fan_in_shard).next(snap.txmin, applied)
 
         def before_commit() -> None:
@@ -151,5 +207,7 @@ def resume_copy(ctx: RunContext, w: TableWork, state: ConsumerState, engine: Eng
     key, uncut = chunks.cut_key(w.reader, w.t, w.columns)
     if key is None:
         ctx.say(f"{w.t.name}: its copy under way cannot go on in chunks ({uncut}): copying it again in one snapshot", log=_log)
-        return copy_table(ctx, w, state.batch, engine)
+        return copy_table(ctx, w, state.batch, engine)[0]
+    if ctx.cut is not None:
+        ctx.cut.close(f"a copy of {w.t.name} in chunks went on")
     return copy_in_chunks(ctx, w, key, state, state.batch, partitions.size(w.reader, w.t.name))

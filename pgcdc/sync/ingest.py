@@ -76,7 +76,6 @@ class Job:
         self.chooser = Chooser(spark, settings.ingest.engine,
                                settings.target.history and not settings.target.change_data_feed)
         self.lanes: list[Job] = []  # Jobs beside this one applying tables at once (runs.lane_jobs), kept
-        self.cut: PassCut | None = None  # the pass's cut (sync/pass_cut.py), shared with its lanes
         self.later: history_folds.Later | None = None  # the pass's fan-in histories, folded after its lanes
         storage.check_root(spark, settings.target.root)  # a remote root answers (reading only) before any table
 
@@ -88,6 +87,15 @@ class Job:
     @stopping.setter
     def stopping(self, asked: Callable[[], bool]) -> None:
         self.ctx.stopping = asked
+
+    @property
+    def cut(self) -> PassCut | None:
+        """The pass's cut (sync/pass_cut.py), shared with its lanes; None between passes."""
+        return self.ctx.cut
+
+    @cut.setter
+    def cut(self, cut: PassCut | None) -> None:
+        self.ctx.cut = cut
 
     @property
     def on_copy(self) -> Callable[[str, float, float | None], None] | None:
@@ -191,8 +199,7 @@ class Job:
         if why is None:
             return quick, cut
         self.say(f"{w.t.name}: {why}: copying the table again")
-        cut = leave(cut, w.t, f"copied in a snapshot of its own ({why})", self.routine)
-        copies.copy_table(self.ctx, w, committed_batch(self.spark, w.path, key) or 0, engine)
+        _, cut = copies.copy_table(self.ctx, w, committed_batch(self.spark, w.path, key) or 0, engine, cut, why)
         return read_state_file(self.spark, w.path, key), cut
 
     def _idle(self, w: TableWork, quick: ConsumerState | None, mirror: "Mirrored | None",
@@ -220,8 +227,7 @@ class Job:
         if state is not None:
             state = with_mirror(state, mirror)
         if state is None:
-            cut = leave(cut, w.t, "copied in a snapshot of its own (its first copy)", self.routine)
-            state = copies.copy_table(self.ctx, w, 0, engine)
+            state, cut = copies.copy_table(self.ctx, w, 0, engine, cut, "its first copy")
         elif state.copy is not None:  # a copy in chunks that a kill or a stop left under way
             cut = leave(cut, w.t, CHUNKS_UNDER_WAY, self.routine)
             check_state(w.primary, state, w.identity, w.t, w.path)
@@ -287,8 +293,7 @@ class Job:
         else:
             self.say(f"{w.t.name}: batch holds {step.why}: copying the table instead of applying the batch")
             why = f"a batch holding {step.why}"
-        cut = leave(cut, w.t, f"copied in a snapshot of its own ({why})", self.routine)
-        state = copies.copy_table(self.ctx, w, state.batch, engine)
+        state, cut = copies.copy_table(self.ctx, w, state.batch, engine, cut, why)
         w.report.events += batch.events
         w.report.batches += 1
         return state, cut, w
@@ -302,7 +307,7 @@ class Job:
         last = committed_batch(self.spark, path, self.ctx.key(t)) or 0
         engine = self.chooser.choose(path).engine
         w = TableWork.of(src, t, columns, path, report)
-        return self.finish(w, copies.copy_table(self.ctx, w, last, engine), columns=self.ctx.fingerprint(t, columns))
+        return self.finish(w, copies.copy_table(self.ctx, w, last, engine)[0], columns=self.ctx.fingerprint(t, columns))
 
     def finish(self, w: TableWork, state: ConsumerState, engine: Engine | None = None, columns: str = "",
                cut: PassCut | None = None) -> TableReport:

@@ -12,9 +12,11 @@ taken before they commit, so that holds for every commit started before the pass
 `PassCut.admits` keeps out a table another worker committed to since (its snapshot may be newer).
 
 A table joins the cut when the pass brought it to S: every batch planned and read in S (or
-nothing to apply, idle tables included). It is left out, named, when it was copied in a
-snapshot of its own (a first copy, a TRUNCATE, a copy in chunks), failed, was applied by another
-worker, or was reached after `ingest.cut_seconds`. A fan-in's Delta table joins when every
+nothing to apply, idle tables included), or copied whole in S (a table of one chunk at most,
+sync/copies.py). It is left out, named, when it was copied in a snapshot of its own (a first
+copy, a table larger than a chunk) or in chunks (the pass lets S go first: `close`), was
+truncated or rewritten after S (PostgreSQL shows it empty to S: `drop_truncated`), failed, was
+applied by another worker, or was reached after `ingest.cut_seconds`. A fan-in's Delta table joins when every
 source attached to it does: a source the consumer's `tables` does not take in keeps it out.
 Strict mode makes no cuts: it applies only what lies below S's txmin, and S shows more
 (docs/readers.md).
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING
 from pgcdc.lake import cuts, tablelog
 from pgcdc.lake.cuts import CutTable
 from pgcdc.lake.state import app_id
-from pgcdc.source import snapshots
+from pgcdc.source import events, snapshots
 from pgcdc.source.mirror import mirrored
 from pgcdc.watermark import state_key
 
@@ -68,12 +70,22 @@ class PassCut:
         self.lock = threading.Lock()
         self.inside: set[str] = set()  # tables (or "(idle)") reading in the snapshot now
         self.released = False
+        self.closed: str | None = None  # why no table may enter the snapshot any more (close)
         self.joined: dict[str, tuple["AttachedTable", str, int, int]] = {}  # by table: (it, path, version, batch)
         self.left: dict[str, str] = {}  # by table: why it is not in the cut
+        self.copied: dict[int, int] = {}  # by table id: the batch of a copy this pass made in the snapshot
 
     def open(self) -> bool:
         """Whether tables (and batches) may still read in the snapshot."""
-        return not self.released and time.monotonic() < self.deadline
+        return not self.released and self.closed is None and time.monotonic() < self.deadline
+
+    def close(self, why: str) -> None:
+        """No table enters the snapshot any more (`why`: a copy in chunks begins, which takes a
+        snapshot per chunk): it is let go as soon as no table reads in it, so that no snapshot
+        of the pass is held for as long as the copy runs."""
+        with self.lock:
+            self.closed = self.closed or why
+            self._let_go()
 
     def enter(self, name: str) -> bool:
         """`name` starts reading in the snapshot; False if it may no longer (past the deadline)."""
@@ -85,11 +97,11 @@ class PassCut:
             return True
 
     def exit(self, name: str) -> None:
-        """`name` no longer reads in the snapshot: past the deadline the last one out lets it go,
-        so a pass with a long backlog holds it for at most one more batch per lane."""
+        """`name` no longer reads in the snapshot: past the deadline (or once closed) the last one
+        out lets it go, so a pass with a long backlog holds it for at most one more batch per lane."""
         with self.lock:
             self.inside.discard(name)
-            if time.monotonic() >= self.deadline:
+            if time.monotonic() >= self.deadline or self.closed is not None:
                 self._let_go()
 
     def _let_go(self) -> None:
@@ -102,11 +114,16 @@ class PassCut:
         one committed before the snapshot was taken, or by a commit under way then (whose
         snapshot is older): another worker's later commit may hold transactions S does not show."""
         batch, committing = self.mirrors.get(t.table_id, (None, None))
-        if state.batch in (batch, committing):
+        if state.batch in (batch, committing) or self.copied.get(t.table_id) == state.batch:
             return None
         if batch is None:
             return "it was first synced after this pass began"
         return "another worker of the consumer applied it after this pass took its snapshot"
+
+    def copied_in(self, t: "AttachedTable", state: "ConsumerState") -> None:
+        """The pass copied the table in its snapshot, committing `state` (which `admits`)."""
+        with self.lock:
+            self.copied[t.table_id] = state.batch
 
     def join(self, t: "AttachedTable", path: str, state: "ConsumerState") -> None:
         """The table is at the pass's snapshot with `state`, which its Delta table's version
@@ -118,6 +135,12 @@ class PassCut:
                 self.joined[t.name] = (t, path, state.version, state.batch)
         self.exit(t.name)
 
+    def unjoin(self, t: "AttachedTable", why: str) -> None:
+        """Take a table that joined out of the cut again (found wrong for it once the pass is done)."""
+        with self.lock:
+            self.joined.pop(t.name, None)
+            self.left[t.name] = why
+
     def leave(self, t: "AttachedTable", why: str) -> None:
         with self.lock:
             self.left.setdefault(t.name, why)
@@ -127,6 +150,8 @@ class PassCut:
         return self.late() if not self.open() else "the pass did not reach it (it stopped first)"
 
     def late(self) -> str:
+        if self.closed is not None:
+            return f"the pass had let its snapshot go when it reached it ({self.closed})"
         return f"the pass reached it after ingest.cut_seconds ({self.seconds:g} s{self.why_limit()})"
 
     def why_limit(self) -> str:
@@ -182,6 +207,18 @@ def taken(primary: "psycopg.Connection", connect_reader: "Callable[[], psycopg.C
         yield PassCut(held, mirrors, seconds, release)
 
 
+TRUNCATED = ("it was truncated or rewritten after the pass's snapshot, which PostgreSQL then shows empty to "
+             "that snapshot (neither is MVCC-safe): the next pass copies it")
+
+
+def drop_truncated(primary: "psycopg.Connection", cut: PassCut) -> None:
+    """Take the tables truncated or rewritten after the pass's snapshot out of the cut
+    (events.truncated_after): what the pass read of them in its snapshot may be wrong."""
+    joined = {t.table_id: t for t, _, _, _ in cut.joined.values()}
+    for table_id in events.truncated_after(primary, cut.held.snap, sorted(joined)):
+        cut.unjoin(joined[table_id], TRUNCATED)
+
+
 def write(spark: "SparkSession", root: str, consumer: str, cut: PassCut, tables: list["AttachedTable"],
           attached: list["AttachedTable"]) -> cuts.Cut:
     """Record the pass's cut in the lake (lake/cuts.py), a fan-in's Delta table only where every
@@ -191,8 +228,7 @@ def write(spark: "SparkSession", root: str, consumer: str, cut: PassCut, tables:
         sources = [t for t in tables if t.into == into]
         if all(t.name in cut.joined for t in sources) and (why := fan_in_moved(spark, consumer, cut, into)):
             for t in sources:
-                cut.leave(t, why)
-                del cut.joined[t.name]
+                cut.unjoin(t, why)
     taken = {t.name for t in tables}
     made = cut.record(consumer, tables, [t for t in attached if t.into is not None and t.name not in taken])
     cuts.write(spark, root, made)

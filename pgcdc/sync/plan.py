@@ -132,10 +132,16 @@ def whole_copy_reason(log: "LogState", t: "AttachedTable", source: "StructType",
         ", ".join(f.name for f in source.fields if f.name not in {h.name for h in have.fields})
     if change:
         return f"its Delta table's columns change ({change})"
-    rows = size.rows if size.rows >= 0 else size.bytes / 64
-    if rows <= rows_per_chunk:
+    if one_chunk(size, rows_per_chunk):
         return "one chunk holds it"
     return None
+
+
+def one_chunk(size: "partitions.Size", rows_per_chunk: int) -> bool:
+    """Whether a table of `size` holds no more than one chunk (~`rows_per_chunk` rows; an
+    unanalyzed table's rows guessed at 64 bytes each)."""
+    rows = size.rows if size.rows >= 0 else size.bytes / 64
+    return rows <= rows_per_chunk
 
 
 def copy_on_driver(table_bytes: int, engine: str, t: "AttachedTable", landing: "Landing") -> bool:

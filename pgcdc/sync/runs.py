@@ -146,8 +146,11 @@ def _pass(job: Job, src: RunSource, skip: frozenset[str]) -> "_Pass":
                 cut.leave(t, "held back after failures")
         try:
             passed, oldest = _idle(job, src, live)
-            # the table whose oldest pending change is oldest first (one never looked at before all)
-            work = _Pass(sorted((t for t in live if t.name not in passed), key=lambda t: oldest.get(t.table_id, 0)))
+            # the table whose oldest pending change is oldest first (one never looked at before all);
+            # in a cut, a table's first copy last (one in chunks lets the pass's snapshot go)
+            work = _Pass(sorted((t for t in live if t.name not in passed),
+                                key=lambda t: (cut is not None and t.table_id not in cut.mirrors,
+                                               oldest.get(t.table_id, 0))))
             work.reports.extend(passed.values())
             _apply_in_lanes(job, src, work)
         finally:
@@ -205,6 +208,7 @@ def _cut(job: Job, primary: psycopg.Connection, tables: list[AttachedTable]) -> 
 
 def _record_cut(job: Job, primary: psycopg.Connection, cut: PassCut, tables: list[AttachedTable]) -> None:
     """Write the pass's cut to the lake and say what it holds."""
+    pass_cut.drop_truncated(primary, cut)
     made = pass_cut.write(job.spark, job.settings.target.root, job.settings.consumer, cut, tables,
                           capture.list_attached(primary))
     line = f"cut {made.name}: {len(made.tables)} Delta table(s) agree as of one snapshot"
