@@ -61,24 +61,31 @@ class TxidSet:
 class CopyProgress:
     """A copy in chunks that has not ended (sync/chunked_copy.py): where its next chunk starts (`after`:
     the JSON of the first key not copied yet, null before the first chunk), how far it got,
-    the rows the table was estimated to hold (0: unknown) and when it began (epoch seconds)."""
+    the rows the table was estimated to hold (0: unknown), when it began (epoch seconds), and
+    whether its chunks append (`append`: the Delta table, a fan-in source's shard of it, held no
+    row when the copy began, so none lies at or above `after`; else each replaces its range)."""
 
     after: str | None
     chunks: int = 0
     rows: int = 0
     total: int = 0
     started: float = 0.0
+    append: bool = False
 
     def encode(self) -> dict[str, object]:
-        return {"after": self.after, "chunks": self.chunks, "rows": self.rows, "total": self.total,
-                "started": self.started}
+        encoded: dict[str, object] = {"after": self.after, "chunks": self.chunks, "rows": self.rows,
+                                      "total": self.total, "started": self.started}
+        if self.append:  # (a state without it replaces its chunks' ranges: what older pgcdc did)
+            encoded["append"] = True
+        return encoded
 
     @classmethod
     def decode(cls, d: dict[str, object] | None) -> "CopyProgress | None":
         if d is None:
             return None
         return cls(None if d.get("after") is None else str(d["after"]), int(str(d.get("chunks", 0))),
-                   int(str(d.get("rows", 0))), int(str(d.get("total", 0))), float(str(d.get("started", 0.0))))
+                   int(str(d.get("rows", 0))), int(str(d.get("total", 0))), float(str(d.get("started", 0.0))),
+                   d.get("append") is True)
 
 
 @dataclass(frozen=True)

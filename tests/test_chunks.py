@@ -91,7 +91,10 @@ def test_a_first_sync_killed_half_way_resumes_from_its_last_chunk_with_writers_o
     assert _delta(syncer) == _pg(db)
     # every chunk one commit carrying the copy's progress (and the table's creation)
     history = syncer.spark.sql(f"describe history delta.`{syncer.path('public.big')}`").collect()
-    assert sum(1 for h in history if h.operation == "WRITE") >= 2000 // CHUNK
+    writes = [h for h in history if h.operation == "WRITE"]
+    assert len(writes) >= 2000 // CHUNK
+    # the table held no row when the copy began: each chunk appends (nothing to replace), resumed too
+    assert {h.operationParameters["mode"] for h in writes} == {"Append"}, writes
 
 
 def test_a_resync_never_shows_readers_fewer_rows_and_each_chunk_has_its_own_snapshot(
@@ -119,6 +122,9 @@ def test_a_resync_never_shows_readers_fewer_rows_and_each_chunk_has_its_own_snap
     checker.close()
     assert len(seen) >= 2000 // CHUNK and min(seen) >= rows, seen
     assert _delta(syncer) == _pg(db)
+    # a full table: each chunk replaces its range (replaceWhere), never appends beside the old rows
+    history = syncer.spark.sql(f"describe history delta.`{syncer.path('public.big')}` limit {len(seen)}").collect()
+    assert {h.operationParameters["mode"] for h in history} == {"Overwrite"}, history
 
 
 @pytest.mark.parametrize("key", ["id uuid", "id text collate \"C\""])

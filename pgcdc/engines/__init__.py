@@ -7,7 +7,7 @@
   would (engines/fast/__init__.py, `unfit`).
 
 `choose` alone decides which engine applies a table, and says why. Both engines share
-the rest: the whole-table copy (target.overwrite; the fast engine writes a small table's copy
+the rest: the whole-table copy (lake/copy_writes.overwrite; the fast engine writes a small table's copy
 itself, `Engine.copy`) and the committed state read from the table's log as files (tablelog).
 """
 

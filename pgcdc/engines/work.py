@@ -70,7 +70,7 @@ class Engine(Protocol):
 
     def copy(self, work: CopyWork) -> "Written | None":
         """Copy a small table in one commit carrying `work.state`, or None (nothing written):
-        Spark's overwrite (target.overwrite) copies it."""
+        Spark's overwrite (copy_writes.overwrite) copies it."""
 
     def finish(self, path: str) -> None:
         """After a run's last batch of the table (its own files beside the table)."""

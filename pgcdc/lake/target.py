@@ -17,14 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from pgcdc.errors import ConflictError, TargetError
 from pgcdc.lake import shards, tablelog
-from pgcdc.lake.landing import Landing
 from pgcdc.lake.paths import FOLDER, spark_ident
 from pgcdc.lake.state import app_id
 from pgcdc.spark.jvm import cls
 from pgcdc.watermark import ConsumerState
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
     from pgcdc.settings import TargetSettings
@@ -280,88 +279,6 @@ def last_commit(spark: "SparkSession", path: str, state: ConsumerState) -> Writt
             return Written(version, upserted, deleted)
     raise TargetError(f"batch {state.batch} of consumer {state.consumer} was not committed to {path}: another "
                       "writer already committed that batch number; is a second ingest running elsewhere?")
-
-
-def overwrite(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState, keys: list[str],
-              landing: Landing, partition_by: list[str] | None = None) -> Written:
-    """Replace the table's contents (first sync or resync) by `rows` (read from PostgreSQL, keyed
-    by `keys`) in one commit carrying the state; a fan-in source's (`state.shard`) rows only
-    (`replace_rows`). With soft deletes the rows it no longer finds stay, marked (`landing`).
-
-    With the same columns and partitioning (`partition_by`) the table keeps its schema (key
-    columns NOT NULL). With other columns, or another partitioning, it takes the source's
-    columns, without the JDBC reader's field metadata, and that partitioning; Delta then
-    makes every column nullable (it cannot set NOT NULL again). A column renamed to a name
-    that needs column mapping turns it on first.
-    (Seven parameters: the rows and what they replace, keyed and landed as the table's are.)"""
-    log = tablelog.read_state(spark, path, need_txns=False)
-    if state.shard is not None:
-        return replace_rows(spark, path, rows, state, None, keys, landing, log)
-    rows = landing.copied(rows, _replaced(spark, path, None, landing), keys, state.watermark)
-    writer = rows.write.format("delta").mode("overwrite")
-    have = list(log.metadata.get("partitionColumns") or [])
-    want = have if partition_by is None else partition_by
-    if schema_change(log.schema(), rows.schema) is not None or want != have:
-        map_columns_if_needed(spark, path, log, rows.schema)
-        writer = _plain(rows).write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
-            .partitionBy(*want)
-    with state_commit(spark, state), conflicts(path, "its copy"):
-        writer.save(path)
-    return last_commit(spark, path, state)
-
-
-def _replaced(spark: "SparkSession", path: str, where: str | None, landing: Landing) -> "DataFrame | None":
-    """The rows a copy replaces (matching `where`), which soft deletes keep when the copy no
-    longer finds their keys (Landing.copied); None when they go."""
-    if not landing.soft_deletes:
-        return None
-    old = spark.read.format("delta").load(path)
-    return old.where(where) if where else old
-
-
-def replace_rows(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState, where: str | None,
-                 keys: list[str], landing: Landing, log: "tablelog.LogState | None" = None) -> Written:
-    """Replace the table's rows matching `where` (a chunk's key range, sync/chunked_copy.py; None: every
-    row) by `rows` (read from PostgreSQL, keyed by `keys`; with soft deletes, and the replaced rows
-    whose keys it no longer finds, marked: `landing`) in one commit carrying the state, with
-    Delta's public replaceWhere: every other row stays readable, and Delta refuses a row outside
-    `where`. The columns stay the table's (a copy that changes them is one `overwrite`), except
-    for a fan-in source's (`state.shard`):
-    its rows replace those of its shard's partition only, leaving the other sources' files as
-    they are; a column the Delta table lacks is added (nullable: the other sources' rows hold
-    null there), a column the source lacks is null in its rows, and a column of another type is
-    refused (shards.check_fits). `log`: the table's log as the caller read it.
-    (Eight parameters: overwrite's, with the rows replaced (`where`) and the log read already.)"""
-    merge = False
-    in_shard = shards.where(state.shard) + (f" and ({where})" if where else "") if state.shard is not None else where
-    old = _replaced(spark, path, in_shard, landing)
-    rows = landing.copied(rows, old.drop(shards.SHARD) if old is not None and state.shard is not None else old, keys,
-                          state.watermark)
-    if state.shard is not None:
-        log = log or tablelog.read_state(spark, path, need_txns=False)
-        schema = log.schema()
-        shards.check_fits(path, state.table, schema, rows.schema)
-        if {f.name for f in rows.schema.fields} - {f.name for f in schema.fields}:
-            map_columns_if_needed(spark, path, log, rows.schema)
-            merge = True
-        rows = shards.with_shard(_plain(rows), state.shard)
-        where = in_shard
-    writer = rows.write.format("delta").mode("overwrite")
-    if where:
-        writer = writer.option("replaceWhere", where)
-    if merge:
-        writer = writer.option("mergeSchema", "true")
-    with state_commit(spark, state), conflicts(path, f"a copy's rows{f' ({where})' if where else ''}"):
-        writer.save(path)
-    return last_commit(spark, path, state)
-
-
-def _plain(rows: "DataFrame") -> "DataFrame":
-    """`rows` without the JDBC reader's field metadata (coalesce of one column: the value unchanged),
-    for a write that sets the table's schema."""
-    from pyspark.sql import functions as F
-
-    return rows.select(*[F.coalesce(F.col(spark_ident(c))).alias(c) for c in rows.columns])
 
 
 def map_columns_if_needed(spark: "SparkSession", path: str, log: "tablelog.LogState", schema: "StructType") -> None:

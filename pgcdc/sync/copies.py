@@ -19,7 +19,7 @@ import psycopg
 from pgcdc import faults
 from pgcdc.engines import CopyWork, Engine
 from pgcdc.errors import TargetError
-from pgcdc.lake import shards, tablelog, target
+from pgcdc.lake import copy_writes, shards, tablelog, target
 from pgcdc.source import capture, chunks, enrich, events, partitions, snapshots
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.columns import columns_of
@@ -195,7 +195,7 @@ def _copy(ctx: RunContext, w: TableWork, whole: _Whole) -> ConsumerState:
             rows = enrich.read_table(ctx.spark, jdbc, t, columns, ctx.settings.ingest.jdbc_partitions,
                                      size.pages, exported)
             before_commit()
-            written = target.overwrite(ctx.spark, path, rows, state, t.key_columns, ctx.landing, partition_columns(t))
+            written = copy_writes.overwrite(ctx.spark, path, rows, state, t.key_columns, ctx.landing, partition_columns(t))
     state = ctx.committed(primary, path, state, written, copied=True)
     w.report.copied = found_rows(ctx, t, path, written, None)
     return state
