@@ -40,7 +40,9 @@ def change_rounds(conn: Any, tables: list[str], rows: int, counts: list[int], ro
                   runs: dict[str, Callable[[], object]]) -> dict[int, dict[str, list[float]]]:
     """For each count of changes: `rounds` rounds, each updating every k-th row of `tables` (of
     `rows` rows) and deleting a tenth as many (vacuum and checkpoint untimed), then timing each
-    of `runs` (its consumer applying them), in an order rotated each round. Seconds by count and name."""
+    of `runs` (its consumer applying them), in an order reversed every other round: the first to
+    read a round's changed rows pays for setting their hint bits and warming the caches, so each of
+    two neighbours goes first as often (take an even number of rounds). Seconds by count and name."""
     results: dict[int, dict[str, list[float]]] = {}
     for changes in counts:
         every = max(2, rows // changes)
@@ -54,8 +56,8 @@ def change_rounds(conn: Any, tables: list[str], rows: int, counts: list[int], ro
                 conn.execute(f"delete from {table} where id % {every * 10} = {r + 1}")
             for statement in [*(f"vacuum {t}" for t in tables), "checkpoint"]:
                 conn.execute(statement)
-            names = list(runs)
-            for name in names[r % len(names):] + names[:r % len(names)]:
+            names = list(runs) if r % 2 == 0 else list(reversed(runs))
+            for name in names:
                 results[changes][name].append(timed(f"round {r + 1}: {name}", runs[name]))
     return results
 

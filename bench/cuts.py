@@ -7,7 +7,7 @@ test; never fails on timing).
 On a throwaway PostgreSQL and local Spark, two tables of --rows rows (`a` and `b`, one pass
 syncing both, so the snapshot spans two tables) take the same changes each round: every k-th
 row updated and a tenth as many deleted. Four consumers apply them, each a long-lived Job as a
-follower's runs are, in an order rotated each round: each engine with `ingest.cuts` on (the
+follower's runs are, in an order reversed every other round: each engine with `ingest.cuts` on (the
 default) and off, every batch applied as a batch (`recopy_fraction` 0: a copy reads in a snapshot
 of its own, cut or not). Each time with cuts is printed against the same engine's without.
 """

@@ -7,7 +7,7 @@ On a throwaway PostgreSQL and local Spark, two tables of --rows rows (`wide` and
 `wide_cols`, attached with --exclude-columns b,c: the wide text and numeric columns never read)
 take the same changes each round: every k-th row updated and a tenth as many deleted. One
 consumer per shape applies them, each a long-lived Job as a follower's runs are, in an order
-rotated each round: the plain mirror with each engine, the column choice, soft deletes and
+reversed every other round: the plain mirror with each engine, the column choice, soft deletes and
 metadata columns with each engine, the change data feed alone (the merge engine's: its readers
 expect update pre- and post-images) and the history with each engine (docs/history.md: the
 change data feed, and the history's fold after each run). Each shape's time is printed against

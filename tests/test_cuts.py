@@ -23,6 +23,8 @@ from pgcdc.cli.main import main
 from pgcdc.errors import TargetError
 from pgcdc.lake import cuts
 from pgcdc.source import capture
+from pgcdc.sync.ingest import Job
+from pgcdc.sync.runs import run_job
 from fixtures.ingest import Syncer
 
 TOTAL = 2 * 10 * 100  # two tables of ten accounts holding 100 each
@@ -89,11 +91,10 @@ def test_a_pass_reads_every_table_as_of_its_snapshot(spark, db: psycopg.Connecti
     """Either engine: the merge engine's rows come through Spark's JDBC reads (each connection
     imports the snapshot), the fast engine's small batch through the driver's connection."""
     _bank(db)
-    syncer.run(engine=engine)  # first copies, each in a snapshot of its own: no cut holds them yet
+    syncer.run(engine=engine)  # first copies, registered before the pass's snapshot, read in it
     first = _cut_files(tmp_path / "lake")
-    assert len(first) == 1 and first[0]["tables"] == {}
-    assert set(first[0]["left_out"]) == {"public.bank_a", "public.bank_b"}
-    assert "its first copy" in first[0]["left_out"]["public.bank_a"]
+    assert len(first) == 1 and set(first[0]["tables"]) == {"public.bank_a", "public.bank_b"}, first
+    assert _total(syncer.spark, _at(first[0])) == TOTAL
     syncer.run(engine=engine)  # nothing to apply: both idle, both in the cut
     assert set(_cut_files(tmp_path / "lake")[-1]["tables"]) == {"public.bank_a", "public.bank_b"}
 
@@ -191,17 +192,18 @@ def test_tables_a_pass_cannot_bring_to_its_snapshot_are_left_out_and_named(
     assert len(_cut_files(tmp_path / "lake")) == before
 
     db.execute("create table bank_c (id int primary key, balance bigint not null)")
+    db.execute("insert into bank_c select i, 0 from generate_series(1, 3000) i")
+    db.execute("analyze bank_c")
     capture.attach(db, "public.bank_c")
-    syncer.run()  # its first copy: not in this cut, so in none
+    syncer.run(**CHUNKS)  # its first copy, in chunks: not in this cut, so in none
     config = tmp_path / "pgcdc.toml"
     config.write_text(f'consumer = "test"\n[source]\ndsn = "{syncer.dsn}"\n[target]\nroot = "{syncer.root}"\n')
     capsys.readouterr()
     for asked in (["public.bank_c"], []):
         assert main(["--config", str(config), "cut", *asked]) != 0
         err = capsys.readouterr().err
-        assert re.search(r"no cut of consumer test .* holds public\.bank_c \(public\.bank_c: copied in a snapshot "
-                         r"of its own \(its first copy; the queue keeps its events only from after the pass's "
-                         r"snapshot", err), err
+        assert re.search(r"no cut of consumer test .* holds public\.bank_c \(public\.bank_c: copied in chunks, "
+                         r"each chunk in a snapshot of its own \(its first copy\)\)", err), err
 
 
 def _table(table_id: int, name: str, into: str | None = None) -> Any:
@@ -408,9 +410,7 @@ def test_a_fan_in_whose_source_the_consumer_does_not_take_in_stays_out_of_its_cu
         assert "app.acct" not in made["tables"] and "public.cash" in made["tables"]
         assert "tenant_2.acct: the consumer does not take it in" in made["left_out"]["app.acct"]
     both = {"mode": "out_of_order", "tables": ["tenant_1.acct", "tenant_2.acct", "public.cash"]}
-    syncer.run(**both)  # widened: tenant_2.acct's first copy (in a snapshot of its own) ...
-    assert "tenant_2.acct: copied in a snapshot of its own" in _cut_files(syncer.root)[-1]["left_out"]["app.acct"]
-    syncer.run(**both)  # ... then the fan-in joins, and the cut adds up
+    syncer.run(**both)  # widened: tenant_2.acct's first copy reads in the pass's snapshot: the fan-in joins
     newest = _cut_files(syncer.root)[-1]
     assert sorted(newest["tables"]) == ["app.acct", "public.cash"]
     assert _total(spark, _at(newest)) == 15 * 100
@@ -436,7 +436,7 @@ def test_small_tables_copied_whole_join_every_cut_under_the_bank_workload(
     """Jepsen's bank between two small tables, writers running through every pass, the defaults
     on (recopy_fraction 0.25: each pass's batch changes so much of a table that it is copied):
     each copy reads in the pass's snapshot, so every cut after the first copies holds both
-    tables, and they add up at the versions it names."""
+    tables (the first copies' too), and they add up at the versions it names."""
     import os
     import threading
 
@@ -445,21 +445,23 @@ def test_small_tables_copied_whole_join_every_cut_under_the_bank_workload(
     _bank(db)
     db.execute("analyze bank_a")
     db.execute("analyze bank_b")
-    syncer.run(engine=engine, recopy_fraction=0.25)  # the first copies
+    # a follower's passes: one long-lived Job (its connections kept), the first copies included
+    job = Job(syncer.settings(engine=engine, recopy_fraction=0.25), syncer.spark, syncer.lines.append, following=True)
     stop = threading.Event()
     thread = _writer(dsn, seed, stop)
     copied = 0
     try:
-        for _ in range(4):
-            reports = syncer.run(engine=engine, recopy_fraction=0.25)
-            copied += sum(1 for r in reports.values() if r.copied is not None)
+        for _ in range(5):
+            reports = run_job(job)
+            copied += sum(1 for r in reports if r.copied is not None)
             cut = _cut_files(syncer.root)[-1]
             assert set(cut["tables"]) == {"public.bank_a", "public.bank_b"}, cut["left_out"]
             assert _total(spark, _at(cut)) == TOTAL, cut
     finally:
         stop.set()
         thread.join()
-    assert copied >= 2, "the passes applied batches: the copy in the pass's snapshot went untested"
+        job.close()
+    assert copied >= 4, "the passes applied batches: the copy in the pass's snapshot went untested"
     syncer.run(engine=engine, recopy_fraction=0.25)
     syncer.assert_equal("public.bank_a")
     syncer.assert_equal("public.bank_b")

@@ -87,8 +87,9 @@ def register_table(conn: "psycopg.Connection", consumer: str, table_id: int, tar
 
 
 def recorded_target(conn: "psycopg.Connection", consumer: str, table_id: int) -> str | None:
-    """The Delta table the consumer recorded for the table (its last sync's), or None."""
-    row = conn.execute("select target from pgcdc.consumer_state where consumer = %s and table_id = %s",
+    """The Delta table the consumer recorded for the table (its last sync's), or None: a state
+    only registered (batch 0: no copy committed yet) records none."""
+    row = conn.execute("select target from pgcdc.consumer_state where consumer = %s and table_id = %s and batch > 0",
                        (consumer, table_id)).fetchone()
     return row[0] if row else None
 
@@ -124,8 +125,11 @@ def mark_committing(conn: "psycopg.Connection", state: ConsumerState, target: st
 
 
 def committing_batch(conn: "psycopg.Connection", consumer: str, table_id: int) -> tuple[bool, int | None]:
-    """(whether PostgreSQL knows the consumer's table, the highest batch whose commit it recorded
-    as started: None if not recorded yet)."""
-    row = conn.execute("select committing from pgcdc.consumer_state where consumer = %s and table_id = %s",
+    """(whether PostgreSQL knows the consumer's sync of the table, the highest batch whose commit
+    it recorded as started: None if not recorded yet). A state only registered (batch 0, no
+    commit started: register_table) records no sync."""
+    row = conn.execute("select committing, batch from pgcdc.consumer_state where consumer = %s and table_id = %s",
                        (consumer, table_id)).fetchone()
-    return (False, None) if row is None else (True, row[0])
+    if row is None or (row[1] == 0 and row[0] is None):
+        return False, None
+    return True, row[0]

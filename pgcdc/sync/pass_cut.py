@@ -13,8 +13,9 @@ taken before they commit, so that holds for every commit started before the pass
 
 A table joins the cut when the pass brought it to S: every batch planned and read in S (or
 nothing to apply, idle tables included), or copied whole in S (a table of one chunk at most,
-sync/copies.py). It is left out, named, when it was copied in a snapshot of its own (a first
-copy, a table larger than a chunk) or in chunks (the pass lets S go first: `close`), was
+sync/copies.py; a first copy too: the pass registers such tables before it takes S, so the
+queue keeps their events from before it). It is left out, named, when it was copied in a
+snapshot of its own (a table larger than a chunk) or in chunks (the pass lets S go first: `close`), was
 truncated or rewritten after S (PostgreSQL shows it empty to S: `drop_truncated`), failed, was
 applied by another worker, or was reached after `ingest.cut_seconds`. A fan-in's Delta table joins when every
 source attached to it does: a source the consumer's `tables` does not take in keeps it out.

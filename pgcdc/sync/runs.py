@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from pgcdc import records
-from pgcdc.errors import StoppedError
+from pgcdc.errors import PgcdcError, StoppedError
 from pgcdc.lake.paths import check_target_root
 from pgcdc.log import fields
 from pgcdc.settings import Settings
@@ -25,10 +25,12 @@ from pgcdc.source.selection import canonical, select_tables
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.consumers import record_run
 from pgcdc.source.db import connect
+from pgcdc.source.mirror import mirrored, register_table
 from pgcdc.source.sessions import RunSource
 from pgcdc.spark.session import activate, get_session, pinned_threads, side_session
 from pgcdc.sync import history_folds, pass_cut
 from pgcdc.sync.pass_cut import PassCut
+from pgcdc.sync.plan import table_path
 from pgcdc.sync.departed import remove_departed
 from pgcdc.sync.idle import pass_idle
 from pgcdc.sync.ingest import Job
@@ -149,7 +151,7 @@ def _pass(job: Job, src: RunSource, skip: frozenset[str]) -> "_Pass":
             # the table whose oldest pending change is oldest first (one never looked at before all);
             # in a cut, a table's first copy last (one in chunks lets the pass's snapshot go)
             work = _Pass(sorted((t for t in live if t.name not in passed),
-                                key=lambda t: (cut is not None and t.table_id not in cut.mirrors,
+                                key=lambda t: (cut is not None and cut.mirrors.get(t.table_id, (0, None))[0] == 0,
                                                oldest.get(t.table_id, 0))))
             work.reports.extend(passed.values())
             _apply_in_lanes(job, src, work)
@@ -201,9 +203,27 @@ def _cut(job: Job, primary: psycopg.Connection, tables: list[AttachedTable]) -> 
     if not (s.ingest.cuts and s.ingest.mode == "out_of_order"):
         yield None
         return
+    _register_first_copies(job, primary, tables)
     with pass_cut.taken(primary, lambda: connect(s.source.reader_dsn, role=s.source.reader_role, reader=True),
                         s.consumer, tables, s.ingest.cut_seconds) as cut:
         yield cut
+
+
+def _register_first_copies(job: Job, primary: psycopg.Connection, tables: list[AttachedTable]) -> None:
+    """Register the tables the consumer never synced before the pass takes its snapshot, so that
+    their first copies (whole, a chunk at most) may read in it and join its cut: queue retention
+    then keeps their events from before it (register_table). A table whose place is refused
+    (plan.table_path) is left to its sync, which says why."""
+    s = job.settings
+    have = mirrored(primary, s.consumer, [t.table_id for t in tables])
+    for t in tables:
+        if t.table_id in have:
+            continue
+        try:
+            path, _ = table_path(primary, s.consumer, t, s.target.root)
+        except PgcdcError:
+            continue
+        register_table(primary, s.consumer, t.table_id, path)
 
 
 def _record_cut(job: Job, primary: psycopg.Connection, cut: PassCut, tables: list[AttachedTable]) -> None:
