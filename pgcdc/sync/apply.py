@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from pgcdc import faults, records
 from pgcdc.engines import BatchWork, Engine
@@ -19,10 +19,6 @@ from pgcdc.sync.context import RunContext, TableWork
 from pgcdc.sync.pass_cut import PassCut
 from pgcdc.sync.report import UNDEFINED_COLUMN, first_line, source_state
 from pgcdc.watermark import ConsumerState
-
-if TYPE_CHECKING:
-    pass
-
 
 _log = logging.getLogger(__name__)
 

@@ -55,8 +55,11 @@ def copy_in_chunks(ctx: RunContext, w: TableWork, key: CutKey, state: ConsumerSt
                    size: partitions.Size) -> ConsumerState:
     """Copy the table (of `size`) in chunks, from the start (`state` None or without a copy under
     way) or from where `state`'s copy got to. Returns the state after the last chunk, or the
-    state of a copy still under way if the run was asked to stop between chunks."""
+    state of a copy still under way if the run was asked to stop between chunks. The pass's cut
+    lets its snapshot go first (PassCut.close): no snapshot is held for longer than a chunk's."""
     s, t = ctx.settings, w.t
+    if ctx.cut is not None:
+        ctx.cut.close(f"a copy of {t.name} in chunks began")
     rows, total = chunk_rows(s.copies, size), max(0, int(size.rows))
     if state is None or state.copy is None:
         state, first = _begin(ctx, w, last_batch, rows, total), True
@@ -145,8 +148,8 @@ def _chunk(ctx: RunContext, w: TableWork, key: CutKey, state: ConsumerState, siz
         if state.copy.append:  # (nothing in its range to replace)
             written = copy_writes.append_rows(ctx.spark, path, frame, new, t.key_columns, ctx.landing)
         else:
-            written = copy_writes.replace_rows(ctx.spark, path, frame, new, chunks.delta_where(key, chunk.lo, chunk.hi),
-                                          t.key_columns, ctx.landing)
+            written = copy_writes.replace_rows(ctx.spark, path, frame, new,
+                                               chunks.delta_where(key, chunk.lo, chunk.hi), t.key_columns, ctx.landing)
     new = ctx.committed(primary, path, new, written, copied=first)
     faults.failpoint("after-chunk-commit")
     return new, found_rows(ctx, t, path, written, chunks.delta_where(key, chunk.lo, chunk.hi))

@@ -73,8 +73,8 @@ def copy_table(ctx: RunContext, w: TableWork, last_batch: int, engine: Engine | 
     still hold a copy under way if the job was asked to stop between chunks) and the cut the
     table goes on in.
 
-    - In chunks where it can (sync/chunked_copy.py): out of the cut, and the pass lets its
-      snapshot go first (PassCut.close), so no snapshot is held for longer than a chunk's read.
+    - In chunks where it can (sync/chunked_copy.py): out of the cut, whose snapshot the copy lets
+      go first (copy_in_chunks), so no snapshot is held for longer than a chunk's read.
     - Else in one snapshot, all JDBC partitions reading in it, a small table by `engine` itself
       where it can (plan.copy_on_driver, Engine.copy): the pass's, joining its cut, where the
       table holds no more than one chunk and the queue keeps its events from that snapshot on
@@ -92,8 +92,6 @@ def copy_table(ctx: RunContext, w: TableWork, last_batch: int, engine: Engine | 
     if whole_copy_reason(log, t, ctx.target_schema(jdbc, t, columns), size, per_chunk, uncut) is None:
         assert key is not None
         cut = leave(cut, t, f"{CHUNKED} ({why})" if why else CHUNKED, ctx.routine)
-        if ctx.cut is not None:
-            ctx.cut.close(f"a copy of {t.name} in chunks began")
         return copy_in_chunks(ctx, w, key, None, last_batch, size), cut
     registered = register_table(w.primary, ctx.settings.consumer, t.table_id, path)
     refused = None if cut is None else _outside(cut, size, per_chunk, registered)
@@ -208,6 +206,4 @@ def resume_copy(ctx: RunContext, w: TableWork, state: ConsumerState, engine: Eng
     if key is None:
         ctx.say(f"{w.t.name}: its copy under way cannot go on in chunks ({uncut}): copying it again in one snapshot", log=_log)
         return copy_table(ctx, w, state.batch, engine)[0]
-    if ctx.cut is not None:
-        ctx.cut.close(f"a copy of {w.t.name} in chunks went on")
     return copy_in_chunks(ctx, w, key, state, state.batch, partitions.size(w.reader, w.t.name))
