@@ -22,6 +22,7 @@ import pytest
 
 from fixtures.cluster import Cluster
 from fixtures.s3 import S3Server
+from fixtures.spark import delta_frame
 from fixtures.wheel import build_wheel
 from pgcdc.source import capture
 
@@ -73,18 +74,18 @@ def test_a_follower_on_a_standalone_cluster_into_s3_equals_postgres_and_stops_on
 
     def landed(what: str, timeout: float = 300) -> None:
         """Wait until Delta holds PostgreSQL's rows (the follower keeps going meanwhile)."""
-        from delta.tables import DeltaTable
-
         want = set(db.execute("select id, v, d from t").fetchall())
-        path = f"{root}/public.t"
+        path, got = f"{root}/public.t", None
         deadline = time.monotonic() + timeout
         while True:
             assert submit.poll() is None, f"spark-submit exited {submit.returncode}:\n{said()[-5000:]}"
-            if DeltaTable.isDeltaTable(spark, path):
-                got = {tuple(r) for r in spark.read.format("delta").load(path).select("id", "v", "d").collect()}
+            if (frame := delta_frame(spark, path)) is not None:
+                got = {tuple(r) for r in frame.select("id", "v", "d").collect()}
                 if got == want:
                     return
-            assert time.monotonic() < deadline, f"{what} not in Delta after {timeout:.0f} s:\n{said()[-5000:]}"
+            seen = "no Delta table" if got is None else \
+                f"{len(got)} rows, {len(want - got)} missing, {len(got - want)} not in PostgreSQL"
+            assert time.monotonic() < deadline, f"{what} not in Delta after {timeout:.0f} s ({seen}):\n{said()[-5000:]}"
             time.sleep(2)
 
     submit = _submit(spark_cluster, cfg, wheel, tmp_path, log)
