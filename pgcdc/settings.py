@@ -157,14 +157,21 @@ class CopySettings(BaseModel):
 
     chunk_rows: int = Field(
         default=1_000_000, gt=0,
-        description="rows per chunk of a copy: each chunk is read in a snapshot of its own and lands in one "
-        "Delta commit carrying the copy's progress, so the longest snapshot a copy holds is one chunk's and a "
-        "killed copy resumes from its last chunk",
+        description="rows of a copy's first chunk (of every chunk with chunk_seconds = 0): each chunk is read in a "
+        "snapshot of its own and lands in one Delta commit carrying the copy's progress, so the longest snapshot a "
+        "copy holds is one chunk's and a killed copy resumes from its last chunk",
     )
     chunk_mb: int = Field(
         default=256, gt=0,
-        description="at most about this many MiB of the table (pg_table_size per row) per chunk: wide rows make "
-        "smaller chunks",
+        description="at most about this many MiB of the table (pg_table_size per row) in the first chunk: wide "
+        "rows make a smaller one",
+    )
+    chunk_seconds: float = Field(
+        default=5.0, ge=0,
+        description="each chunk after the first is sized to take about this long at the pace the last one read "
+        "(between an eighth of the first's rows and 64 times them): a chunk's fixed cost (its Spark job, Delta "
+        "commit and bookkeeping, ~0.5 s) is spread over more rows on a big table, and its snapshot is held about "
+        "this long; 0 = every chunk chunk_rows",
     )
     max_rows_per_second: int = Field(
         default=0, ge=0,

@@ -21,6 +21,7 @@ from pgcdc.sync.runs import resync
 from pgcdc.checks.status import status_data, status_report
 
 CHUNK = 300
+FIXED = {"chunk_rows": CHUNK, "chunk_seconds": 0}  # (fixed chunks: the tests count them)
 
 
 def _table(db: psycopg.Connection, name: str = "public.big", rows: int = 2000, key: str = "id bigint") -> None:
@@ -74,7 +75,7 @@ def test_a_first_sync_killed_half_way_resumes_from_its_last_chunk_with_writers_o
             raise Stop("killed after chunk 4")
     _at(monkeypatch, act)
     with pytest.raises(Exception, match="killed after chunk 4"):
-        syncer.run(copies={"chunk_rows": CHUNK})
+        syncer.run(copies=FIXED)
     state = _state(syncer)
     assert state["copy"]["chunks"] == 4 and state["copy"]["rows"] == 4 * CHUNK, state
     # a first copy under way: readers see the rows of the key ranges its committed chunks replaced,
@@ -82,7 +83,7 @@ def test_a_first_sync_killed_half_way_resumes_from_its_last_chunk_with_writers_o
     keys = [r.id for r in syncer.delta("public.big").select("id").collect()]
     assert keys and max(keys) < json.loads(state["copy"]["after"]), (max(keys), state["copy"]["after"])
     syncer.lines.clear()
-    syncer.run(copies={"chunk_rows": CHUNK})
+    syncer.run(copies=FIXED)
     assert any("resuming its copy at" in line and "chunk 5" in line for line in syncer.lines), syncer.lines
     assert any("copy done" in line for line in syncer.lines), syncer.lines
     assert "copy" not in _state(syncer)
@@ -118,7 +119,7 @@ def test_a_resync_never_shows_readers_fewer_rows_and_each_chunk_has_its_own_snap
             began.append(now)
             seen.append(syncer.delta("public.big").count())
     _at(monkeypatch, act)
-    resync(syncer.settings(copies={"chunk_rows": CHUNK}), ["public.big"], spark=syncer.spark, say=syncer.lines.append)
+    resync(syncer.settings(copies=FIXED), ["public.big"], spark=syncer.spark, say=syncer.lines.append)
     checker.close()
     assert len(seen) >= 2000 // CHUNK and min(seen) >= rows, seen
     assert _delta(syncer) == _pg(db)
@@ -130,7 +131,7 @@ def test_a_resync_never_shows_readers_fewer_rows_and_each_chunk_has_its_own_snap
 @pytest.mark.parametrize("key", ["id uuid", "id text collate \"C\""])
 def test_uuid_and_c_text_keys_are_copied_in_chunks(db: psycopg.Connection, syncer: Syncer, key: str) -> None:
     _table(db, rows=1000, key=key)
-    syncer.run(copies={"chunk_rows": 200})
+    syncer.run(copies={"chunk_rows": 200, "chunk_seconds": 0})
     assert any("copying the table in chunks of 200 rows" in line for line in syncer.lines), syncer.lines
     assert any("copy done: 1,000 rows in 5 chunks" in line for line in syncer.lines), syncer.lines
     assert _delta(syncer) == _pg(db)
@@ -144,7 +145,7 @@ def test_status_shows_a_copy_under_way(db: psycopg.Connection, syncer: Syncer, m
             raise Stop("stopped after chunk 2")
     _at(monkeypatch, act)
     with pytest.raises(Exception, match="stopped after chunk 2"):
-        syncer.run(copies={"chunk_rows": CHUNK})
+        syncer.run(copies=FIXED)
     data = status_data(db)
     (mine,) = [c for c in data["synced"] if c["table"] == "public.big"]
     assert mine["copy"]["rows"] == 2 * CHUNK and mine["copy"]["total"] == 2000, mine
@@ -152,7 +153,7 @@ def test_status_shows_a_copy_under_way(db: psycopg.Connection, syncer: Syncer, m
     assert any("copy of public.big stopped at 30% (chunk 2)" in p and "pgcdc ingest" in p for p in data["problems"])
     text, healthy = status_report(db)
     assert "failed (30%" in text and not healthy, text
-    syncer.run(copies={"chunk_rows": CHUNK})
+    syncer.run(copies=FIXED)
     data = status_data(db)
     (mine,) = [c for c in data["synced"] if c["table"] == "public.big"]
     assert mine["copy"] is None and mine["state"] == "synced" and data["healthy"], data
@@ -161,7 +162,7 @@ def test_status_shows_a_copy_under_way(db: psycopg.Connection, syncer: Syncer, m
 def test_a_key_whose_order_spark_does_not_share_is_copied_in_one_snapshot(
         db: psycopg.Connection, syncer: Syncer) -> None:
     _table(db, rows=600, key='id text collate "und-x-icu"')
-    syncer.run(copies={"chunk_rows": 100})
+    syncer.run(copies={"chunk_rows": 100, "chunk_seconds": 0})
     assert not any("in chunks" in line for line in syncer.lines), syncer.lines
     assert _delta(syncer) == _pg(db)
 
@@ -178,12 +179,43 @@ def test_max_rows_per_second_waits_between_chunks(db: psycopg.Connection, syncer
     # the chunked copy's clock, its waits recorded rather than slept
     monkeypatch.setattr(chunked, "time", SimpleNamespace(monotonic=time.monotonic, time=time.time,
                                                          sleep=lambda seconds: waits.append(seconds)))
-    syncer.run(copies={"chunk_rows": 250, "max_rows_per_second": 50})
+    syncer.run(copies={"chunk_rows": 250, "chunk_seconds": 0, "max_rows_per_second": 50})
     # 4 chunks, a wait after each but the last, for the average to stay at 50 rows/s: after
     # chunk n the 250 * n rows read take 5 * n s, less the time the chunks took (the waits
     # recorded were not slept, so each makes up for all of them)
     assert len(waits) == 3 and all(0 < w < 5 * (n + 1) for n, w in enumerate(waits)), waits
     assert _delta(syncer) == _pg(db)
+
+
+def test_chunks_after_the_first_are_sized_by_the_pace_of_the_last(db: psycopg.Connection, syncer: Syncer,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from pgcdc.sync import chunked_copy as chunked
+
+    _table(db, rows=2000)
+    import time
+    from types import SimpleNamespace
+
+    # the chunked copy's clock says each chunk took 1 s: at 100 rows a second and chunk_seconds
+    # 3, the second chunk is 300 rows, the third 900, the fourth the 700 left
+    ticks = iter(range(10 ** 6))
+    monkeypatch.setattr(chunked, "time", SimpleNamespace(monotonic=lambda: float(next(ticks)), time=time.time,
+                                                         sleep=time.sleep))
+    syncer.run(copies={"chunk_rows": 100, "chunk_seconds": 3})
+    copied = [line.split("copied: ")[1].split(" rows")[0] for line in syncer.lines if "chunk" in line and "copied: " in line]
+    assert copied == ["100", "400", "1,300"], syncer.lines
+    assert any("copy done: 2,000 rows in 4 chunks" in line for line in syncer.lines), syncer.lines
+    assert _delta(syncer) == _pg(db)
+
+
+def test_paced_rows_stay_between_an_eighth_and_64_times_the_first_chunk() -> None:
+    from pgcdc.settings import CopySettings
+    from pgcdc.sync.chunked_copy import paced_rows
+
+    paced = CopySettings(chunk_rows=1000, chunk_seconds=5)
+    assert paced_rows(paced, 1000, 1000, 1.0) == 5000
+    assert paced_rows(paced, 1000, 1000, 100.0) == 125  # (a slow source: smaller chunks, short snapshots)
+    assert paced_rows(paced, 1000, 1000, 0.001) == 64_000
+    assert paced_rows(CopySettings(chunk_rows=1000, chunk_seconds=0), 1000, 1000, 1.0) == 1000
 
 
 def test_a_truncate_and_a_resync_in_the_middle_of_a_copy(db: psycopg.Connection, syncer: Syncer,
@@ -199,7 +231,7 @@ def test_a_truncate_and_a_resync_in_the_middle_of_a_copy(db: psycopg.Connection,
             raise Stop("killed after chunk 3")
     _at(monkeypatch, act)
     with pytest.raises(Exception, match="killed after chunk 3"):
-        syncer.run(copies={"chunk_rows": CHUNK})
+        syncer.run(copies=FIXED)
     assert _state(syncer)["copy"]["chunks"] == 3
     # a resync now starts a new copy (the one under way is dropped), stopped after its first chunk
     writer.execute("update public.big set n = -n where id % 2 = 0")
@@ -209,12 +241,12 @@ def test_a_truncate_and_a_resync_in_the_middle_of_a_copy(db: psycopg.Connection,
             raise Stop("resync stopped")
     _at(monkeypatch, stop)
     with pytest.raises(Exception, match="resync stopped"):
-        resync(syncer.settings(copies={"chunk_rows": CHUNK}), ["public.big"], spark=syncer.spark)
+        resync(syncer.settings(copies=FIXED), ["public.big"], spark=syncer.spark)
     assert _state(syncer)["copy"]["chunks"] == 1
     monkeypatch.undo()
     writer.close()
     syncer.lines.clear()
-    syncer.run(copies={"chunk_rows": CHUNK})
+    syncer.run(copies=FIXED)
     assert any("resuming its copy at" in line and "chunk 2" in line for line in syncer.lines), syncer.lines
     syncer.run()
     assert _delta(syncer) == _pg(db) and len(_pg(db)) == 1500
@@ -227,7 +259,7 @@ def test_a_composite_key_whose_first_column_repeats_is_cut_between_its_values(
                "insert into public.pairs select b, i, 'v' || i from generate_series(0, 2) b, "
                "generate_series(1, 400) i; analyze public.pairs")
     capture.attach(db, "public.pairs")
-    syncer.run(copies={"chunk_rows": 100})
+    syncer.run(copies={"chunk_rows": 100, "chunk_seconds": 0})
     assert any("copy done: 1,200 rows in 3 chunks" in line for line in syncer.lines), syncer.lines
     got = {(r["bucket"], r["id"], r["v"]) for r in syncer.delta("public.pairs").collect()}
     assert got == {tuple(r) for r in db.execute("select bucket, id, v from public.pairs").fetchall()}
@@ -260,7 +292,7 @@ def test_a_truncate_while_a_chunk_is_read_neither_waits_for_the_copy_nor_stalls_
             threads[0].start()
             time.sleep(0.5)  # (the TRUNCATE takes or waits for its lock before the chunk's reads begin)
     _at(monkeypatch, act)
-    syncer.run(copies={"chunk_rows": CHUNK})
+    syncer.run(copies=FIXED)
     threads[0].join()
     assert outcome == ["done"], outcome
     syncer.run()
@@ -271,7 +303,7 @@ def test_a_copys_row_count_with_soft_deletes_counts_the_rows_it_found(db: psycop
     """A resync in chunks keeps the rows it no longer finds, marked: its "copy done" line and
     the run's report count the rows PostgreSQL has, not the marked ones written beside them."""
     _table(db)
-    soft = {"target": {"deletes": "soft"}, "copies": {"chunk_rows": CHUNK}}
+    soft = {"target": {"deletes": "soft"}, "copies": FIXED}
     syncer.run(**soft)
     db.execute("delete from public.big where n % 3 = 0")
     rows = len(_pg(db))

@@ -65,7 +65,7 @@ def test_a_left_out_column_never_reaches_delta_nor_any_statement(db: psycopg.Con
     role, reader_dsn = _reader(db, dsn)
     start = len(_server_log(pg_server))
     syncer.dsn = reader_dsn
-    syncer.run(consumer="cols", copies={"chunk_rows": 150})  # a copy in 4 chunks
+    syncer.run(consumer="cols", copies={"chunk_rows": 150, "chunk_seconds": 0})  # a copy in 4 chunks
     db.execute(f"update app.people set name = 'm' || id, {SECRET} = 'X' where id % 7 = 0")
     db.execute("delete from app.people where id > 480")
     syncer.run(consumer="cols", driver_keys=0)  # a batch read by Spark

@@ -28,7 +28,7 @@ from pgcdc.sync.runs import run_job
 from fixtures.ingest import Syncer
 
 TOTAL = 2 * 10 * 100  # two tables of ten accounts holding 100 each
-CHUNKS = {"copies": {"chunk_rows": 1000}}  # (a table of more rows is copied in chunks)
+CHUNKS = {"copies": {"chunk_rows": 1000, "chunk_seconds": 0}}  # (a table of more rows is copied in chunks)
 
 
 def _bank(db: psycopg.Connection) -> None:

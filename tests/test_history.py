@@ -118,7 +118,7 @@ def test_a_resync_closes_what_it_no_longer_finds_and_opens_what_changed_without_
     that changes the schema, folded as a snapshot): the versions of rows the copies did not
     change stay as they were."""
     _table(db, 300)
-    opts = {"target": {"history": True, "deletes": "soft"}, "copies": {"chunk_rows": 100}}
+    opts = {"target": {"history": True, "deletes": "soft"}, "copies": {"chunk_rows": 100, "chunk_seconds": 0}}
     syncer.run(**opts)
     before = check_history(syncer)
     db.execute("update app.t set v = -v where id <= 150")

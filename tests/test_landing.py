@@ -80,7 +80,7 @@ def test_a_copy_in_chunks_keeps_the_marked_rows_and_marks_those_it_no_longer_fin
     db.execute("create schema app; create table app.t (id int primary key, v int, s text)")
     db.execute("insert into app.t select i, i, 's' || i from generate_series(1, 600) i")
     capture.attach(db, "app.t")
-    opts = SOFT | {"copies": {"chunk_rows": 100}}
+    opts = SOFT | {"copies": {"chunk_rows": 100, "chunk_seconds": 0}}
     syncer.run(**opts)
     last = dict(_pg(db))
     db.execute("delete from app.t where id % 10 = 0")

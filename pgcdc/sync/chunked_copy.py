@@ -43,12 +43,21 @@ _log = logging.getLogger(__name__)
 
 
 def chunk_rows(copies: "CopySettings", size: partitions.Size) -> int:
-    """Rows per chunk: `copies.chunk_rows`, fewer for wide rows (at most ~`copies.chunk_mb` MiB of
-    the table a chunk)."""
+    """The first chunk's rows: `copies.chunk_rows`, fewer for wide rows (at most ~`copies.chunk_mb`
+    MiB of the table)."""
     if size.rows <= 0:
         return copies.chunk_rows
     row_bytes = max(1.0, size.bytes / size.rows)
     return max(1, min(copies.chunk_rows, int(copies.chunk_mb * 1024 * 1024 / row_bytes)))
+
+
+def paced_rows(copies: "CopySettings", first: int, rows: int, seconds: float) -> int:
+    """The next chunk's rows after one of `rows` took `seconds`: as many as that pace reads in
+    `copies.chunk_seconds`, between an eighth of the first chunk's `first` and 64 times it (0 s:
+    `first`). A chunk's time includes its fixed cost, so a small one undershoots; the next corrects."""
+    if copies.chunk_seconds <= 0 or rows <= 0 or seconds <= 0:
+        return first
+    return max(max(1, first // 8), min(first * 64, int(rows / seconds * copies.chunk_seconds)))
 
 
 def copy_in_chunks(ctx: RunContext, w: TableWork, key: CutKey, state: ConsumerState | None, last_batch: int,
@@ -66,13 +75,12 @@ def copy_in_chunks(ctx: RunContext, w: TableWork, key: CutKey, state: ConsumerSt
     else:  # (resumed)
         first = False
         ctx.say(f"{t.name}: resuming its copy at {reached(state.copy.rows, state.copy.total)}, "
-                f"chunk {state.copy.chunks + 1}"
-                + (f" of ~{max(state.copy.chunks + 1, round(state.copy.total / rows))}" if state.copy.total else ""),
+                f"chunk {state.copy.chunks + 1}",
                 record=records.CopyResume(t.name, state.copy.chunks + 1, state.copy.rows, state.copy.total), log=_log)
     assert state.copy is not None
     meter = Meter(ctx, t.name, state.copy, rows)
     parts = max(1, min(s.ingest.jdbc_partitions, ctx.spark.sparkContext.defaultParallelism))
-    began, read = time.monotonic(), 0
+    began, read, first_rows = time.monotonic(), 0, rows
     try:
         while True:
             if not first and resync_reason(w.primary, s.consumer, t.table_id) is not None:
@@ -82,7 +90,11 @@ def copy_in_chunks(ctx: RunContext, w: TableWork, key: CutKey, state: ConsumerSt
                 state, first = _begin(ctx, w, state.batch, rows, total), True
                 assert state.copy is not None
                 meter = Meter(ctx, t.name, state.copy, rows)
+            assert state.copy is not None
+            took, keys = time.monotonic(), state.copy.rows
             state, n = _chunk(ctx, w, key, state, _Size(rows, parts), first)
+            if state.copy is not None:  # (the keys it covered: with a predicate it finds fewer rows)
+                rows = paced_rows(s.copies, first_rows, state.copy.rows - keys, time.monotonic() - took)
             first, read = False, read + n
             meter.chunk(state.copy, n)
             if state.copy is None or ctx.stopping():
