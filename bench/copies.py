@@ -1,14 +1,14 @@
 """Copies of big tables, measured side by side in one run (not a test; never fails on timing).
 
     python -m bench.copies [--rows 5000000] [--big-rows 20000000] [--wide-rows 1000000]
-                           [--chunk-rows 1000000] [--repeat 2]
+                           [--chunk-rows 1000000] [--chunk-seconds 5] [--repeat 2]
 
 On a throwaway PostgreSQL and local Spark (JVM start excluded):
   1. a first sync of --rows narrow rows (a new consumer into a new folder each time), in chunks
-     of --chunk-rows, against a plain Spark JDBC read of the table plus a Delta write, and
+     (the first of --chunk-rows, the next sized to take --chunk-seconds), against a plain Spark JDBC read of the table plus a Delta write, and
      against the same first sync in one snapshot, in rotating order (--repeat rounds, medians);
      then a resync in chunks (each chunk replacing its range of the full table);
-  2. the same copy killed half-way (after the middle chunk's commit) and resumed by the next
+  2. the same copy killed half-way (at its first chunk commit past half its time) and resumed by the next
      run: both runs together, against the plain copy;
   3. a copy of --big-rows rows while a sampler reads pg_stat_activity every 0.2 s: the longest
      any session held a snapshot (now() - xact_start of a backend with a backend_xmin), against
@@ -61,7 +61,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=5_000_000)
     ap.add_argument("--big-rows", type=int, default=20_000_000)
     ap.add_argument("--wide-rows", type=int, default=1_000_000)
-    ap.add_argument("--chunk-rows", type=int, default=1_000_000)
+    ap.add_argument("--chunk-rows", type=int, default=1_000_000, help="[copies] chunk_rows: the first chunk's")
+    ap.add_argument("--chunk-seconds", type=float, default=5.0, help="[copies] chunk_seconds (0: every chunk chunk_rows)")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
@@ -72,7 +73,7 @@ def main() -> None:
             narrow_bytes = _load(conn, "public.bench", args.rows)
             base = Settings(source={"dsn": pg.dsn()}, target={"root": str(work / "lake")}, consumer="bench",
                             ingest={"jdbc_partitions": args.partitions},
-                            copies={"chunk_rows": args.chunk_rows},
+                            copies={"chunk_rows": args.chunk_rows, "chunk_seconds": args.chunk_seconds},
                             spark={"conf": {"spark.driver.memory": "6g", "spark.sql.shuffle.partitions": "8"}})
             spark = get_session(base.spark, target_root=base.target.root)
             say = lambda line: print("    " + line, flush=True)  # noqa: E731
@@ -114,29 +115,26 @@ def main() -> None:
             resync = timed("resync in chunks (every chunk replaces its range of a full table)",
                            lambda: resync_tables(job(args.chunk_rows), ["public.bench"]))
 
-            print("\n[2] the copy in chunks killed after its middle chunk's commit, then resumed", flush=True)
-            chunks = -(-args.rows // args.chunk_rows)
-            stop_at = max(0, chunks // 2 - 1)
-            seen = [0]
+            print("\n[2] the copy in chunks killed at the first chunk commit past half its time, then resumed",
+                  flush=True)
+            half, began = median(got["chunks"]) / 2, [0.0]
             real = pgcdc.faults.failpoint
 
             def kill(name: str) -> None:
-                if name == "after-chunk-commit":
-                    if seen[0] == stop_at:
-                        raise _Killed(name)
-                    seen[0] += 1
+                if name == "after-chunk-commit" and time.monotonic() - began[0] >= half:
+                    raise _Killed(name)
 
             resumable = job(args.chunk_rows)
 
             def killed() -> None:
-                pgcdc.faults.failpoint = kill
+                pgcdc.faults.failpoint, began[0] = kill, time.monotonic()
                 try:
                     run_job(resumable)
                 except _Killed:
                     pass
                 finally:
                     pgcdc.faults.failpoint = real
-            first = timed(f"first sync killed after chunk {stop_at + 1} of {chunks}", killed)
+            first = timed(f"first sync killed at its first chunk commit after {half:.1f} s", killed)
             second = timed("the next run resumes it", lambda: run_job(resumable))
             resumed = first + second
 

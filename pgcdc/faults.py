@@ -2,7 +2,7 @@
 
 PGCDC_FAILPOINT=<name> kills the process at that place, as a crash would (PGCDC_FAILPOINT_PASS=<n>:
 the n+1-th time it gets there), or, with PGCDC_FAILPOINT_RUN=<command>, runs that command there
-and goes on (another writer's DDL at that moment). Tests that run in-process replace `failpoint`
+once (the n+1-th time) and goes on (another writer's DDL at that moment). Tests that run in-process replace `failpoint`
 instead. Call it as `faults.failpoint(...)` so the replacement is seen.
 """
 
@@ -27,9 +27,10 @@ def failpoint(name: str) -> None:
     PGCDC_FAILPOINT_PASS times (default 0: the first time)."""
     global _passed
     if os.environ.get("PGCDC_FAILPOINT") == name:
-        if _passed >= int(os.environ.get("PGCDC_FAILPOINT_PASS", "0")):
-            command = os.environ.get("PGCDC_FAILPOINT_RUN")
-            if not command:
-                os._exit(99)
+        at = int(os.environ.get("PGCDC_FAILPOINT_PASS", "0"))
+        command = os.environ.get("PGCDC_FAILPOINT_RUN")
+        if _passed >= at and not command:
+            os._exit(99)
+        if _passed == at and command:
             subprocess.run(command, shell=True, check=True)
         _passed += 1

@@ -94,3 +94,16 @@ begin
     end loop;
 end
 $columns$;
+
+-- schema v14 added pgcdc._columns_are(int, text[]), which every read of an attached table's rows
+-- calls: readers may execute it, as pgcdc.grant grants
+do $columns_are$
+declare
+    r regrole;
+begin
+    for r in select to_regrole(g.role_name) from pgcdc.grantee g
+              where g.kind = 'reader' and to_regrole(g.role_name) is not null loop
+        execute format('grant execute on function pgcdc._columns_are(int, text[]) to %s', r);
+    end loop;
+end
+$columns_are$;

@@ -8,6 +8,7 @@ through the session confs of `state_commit`).
 
 from __future__ import annotations
 
+import json
 import re
 import zlib
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pgcdc.errors import ConflictError, TargetError
-from pgcdc.lake import shards, tablelog
+from pgcdc.lake import evolve, shards, tablelog
 from pgcdc.lake.paths import FOLDER, spark_ident
 from pgcdc.lake.state import app_id
 from pgcdc.spark.jvm import cls
@@ -135,6 +136,7 @@ class NewTable:
     table: str
     fan_in: bool = False
     partition_by: list[str] | None = None
+    ids: dict[str, int] | None = None  # PostgreSQL's number of each column (lake/evolve.py), not a fan-in's
 
 
 def create_table(spark: "SparkSession", path: str, new: NewTable, target: "TargetSettings") -> None:
@@ -164,8 +166,9 @@ def create_table(spark: "SparkSession", path: str, new: NewTable, target: "Targe
     if new.fan_in or new.partition_by:
         builder = builder.partitionedBy(*([shards.SHARD] if new.fan_in else new.partition_by or []))
     mapping = _COLUMN_MAPPING if needs_column_mapping(schema) else {}
+    ids = {} if new.ids is None else {evolve.COLUMNS: json.dumps(new.ids)}
     for key, value in {OWNER: new.consumer, SOURCE: new.table, "delta.checkpointInterval": checkpoint_interval(new.table),
-                       **properties(target), **mapping}.items():
+                       **properties(target), **mapping, **ids}.items():
         builder = builder.property(key, value)
     builder.execute()
 

@@ -19,7 +19,7 @@ import psycopg
 from psycopg import sql
 
 from pgcdc.source.capture import AttachedTable
-from pgcdc.source.columns import Column
+from pgcdc.source.columns import Column, unchanged
 from pgcdc.source.enrich import select_list
 
 Value = int | str
@@ -137,7 +137,7 @@ def _typed(key: CutKey, value: object) -> Value:
 def range_query(t: AttachedTable, columns: list[Column], key: CutKey, lo: Value | None, hi: Value | None) -> str:
     """The SQL reading the table's rows (its predicate's) with keys in [lo, hi)."""
     col = "src." + sql.Identifier(key.column).as_string(None)
-    where = [f"{col} >= {key.pg(lo)}"] if lo is not None else []
+    where = ([f"{col} >= {key.pg(lo)}"] if lo is not None else []) + [unchanged(t.table_id, columns)]
     if hi is not None:
         where.append(f"{col} < {key.pg(hi)}")
     if t.predicate:

@@ -46,6 +46,7 @@ class Column:
     is_array: bool
     numeric_precision: int | None
     user_type: bool = False  # a type (or element type) someone created: a cast of it may be a user's function
+    attnum: int = 0     # its number in the table: a column renamed keeps it, one dropped and added again does not
 
     def form(self, key: bool = False) -> str:
         """How the column travels: "native" (as it is), "date"/"timestamp"/"timestamptz" (as a
@@ -145,7 +146,7 @@ def columns_of(conn: psycopg.Connection, tables: list[str]) -> dict[str, list[Co
         "coalesce(e.typname, t.typname), t.typcategory = 'A', "
         "case when coalesce(e.typname, t.typname) = 'numeric' and a.atttypmod >= 4 "
         "     then ((a.atttypmod - 4) >> 16) & 65535 end, "
-        "coalesce(e.oid, t.oid) >= 16384 "
+        "coalesce(e.oid, t.oid) >= 16384, a.attnum "
         "from unnest(%s::text[]) k(name) join pg_attribute a on a.attrelid = to_regclass(k.name) "
         "join pg_type t on t.oid = a.atttypid left join pg_type e on e.oid = t.typelem "
         "and t.typcategory = 'A' left join pgcdc.attached s on s.relid = a.attrelid "
@@ -157,6 +158,15 @@ def columns_of(conn: psycopg.Connection, tables: list[str]) -> dict[str, list[Co
     for name, *column in rows:
         found[name].append(Column(*column))
     return found
+
+
+def unchanged(table_id: int, columns: list[Column]) -> str:
+    """A condition for a query reading the table's rows: true while the columns its sync reads are
+    still `columns` (number, name, type), else it fails the query (pgcdc._columns_are, SQLSTATE
+    42703): rows read after a column change never land in a Delta table still of the old shape,
+    which a change in place (lake/evolve.py) would then take for rows of the new one."""
+    shape = ", ".join(_lit(f"{c.attnum}:{c.name}:{c.type_sql}") for c in columns)
+    return f"pgcdc._columns_are({int(table_id)}, array[{shape}]::text[])"
 
 
 def fingerprint(table: str, key: list[str], columns: list[Column], shape: str = "") -> str:

@@ -20,7 +20,7 @@ import psycopg
 from psycopg import sql
 
 from pgcdc.source.capture import AttachedTable
-from pgcdc.source.columns import Column
+from pgcdc.source.columns import Column, unchanged
 from pgcdc.source.db import reader_statements
 from pgcdc.source.events import Batch
 from pgcdc.source.snapshots import Held, import_statements, reading
@@ -101,8 +101,11 @@ def batch_query(t: AttachedTable, columns: list[Column], batch: Batch, txids: bo
     if txids:
         keys += f", k.{_ident(TXID)}"
     join = " and ".join(f"t.{r} = k.{r}" for r in (_ident(k) for k in t.key_columns))
+    # (the columns' guard in the top WHERE: evaluated once a query, not once a key as it would
+    # be inside the joined side)
     return (f"select {keys}, {select_list(columns, 't', t)} "
-            f"from {_batch_keys(t, batch, txids)} left join {_source(t, columns)} t on {join}")
+            f"from {_batch_keys(t, batch, txids)} left join {_source(t, columns)} t on {join} "
+            f"where {unchanged(t.table_id, columns)}")
 
 
 def _source(t: AttachedTable, columns: list[Column]) -> str:
@@ -131,7 +134,7 @@ def shares(t: AttachedTable, partitions: int) -> list[str]:
 
 def copy_query(t: AttachedTable, columns: list[Column], lo_page: int, hi_page: int | None) -> str:
     """The SQL reading the table's rows in pages [lo_page, hi_page) (open-ended if None): a TID range scan."""
-    where = [f"src.ctid >= '({int(lo_page)},0)'::tid"]
+    where = [f"src.ctid >= '({int(lo_page)},0)'::tid", unchanged(t.table_id, columns)]
     if hi_page is not None:
         where.append(f"src.ctid < '({int(hi_page)},0)'::tid")
     if t.predicate:
@@ -258,7 +261,8 @@ def fetch_rows(conn: psycopg.Connection, t: AttachedTable, columns: list[Column]
     else:
         where = (text(f"({', '.join('t.' + r for r in refs)}) in (select {typed} from unnest(") + unnest
                  + text(f") k({', '.join(refs)}))"))
-    query = text(f"select {select_list(columns, 't', t)} from {_source(t, columns)} t where ") + where
+    query = text(f"select {select_list(columns, 't', t)} from {_source(t, columns)} t "
+                 f"where {unchanged(t.table_id, columns)} and ") + where
     try:
         with nullcontext() if snapshot is None else reading(conn, snapshot):
             return conn.execute(query, [keys.column(k).cast("string").to_pylist() for k in t.key_columns]).fetchall()

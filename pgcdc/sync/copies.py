@@ -19,10 +19,10 @@ import psycopg
 from pgcdc import faults
 from pgcdc.engines import CopyWork, Engine
 from pgcdc.errors import TargetError
-from pgcdc.lake import copy_writes, shards, tablelog, target
+from pgcdc.lake import copy_writes, evolve, shards, tablelog, target
 from pgcdc.source import capture, chunks, enrich, events, partitions, snapshots
 from pgcdc.source.capture import AttachedTable
-from pgcdc.source.columns import columns_of
+from pgcdc.source.columns import Column, columns_of
 from pgcdc.source.mirror import mark_committing, register_table
 from pgcdc.source.snapshots import Held
 from pgcdc.sync.context import RunContext, TableWork
@@ -39,7 +39,7 @@ _log = logging.getLogger(__name__)
 
 
 def create_target(ctx: RunContext, primary: psycopg.Connection, t: AttachedTable, path: str,
-                  source: "StructType") -> None:
+                  source: "StructType", columns: list[Column]) -> None:
     """Create the table's Delta table if there is none (only ever in an empty place). The
     sources of a fan-in share one: they create it one at a time, under an advisory lock on
     its path that the others' lanes and workers take too (a create seen half-made would
@@ -49,7 +49,8 @@ def create_target(ctx: RunContext, primary: psycopg.Connection, t: AttachedTable
         return
     if t.into is None:
         target.create_table(ctx.spark, path, target.NewTable(source, t.key_columns, s.consumer, t.name,
-                                                             partition_by=partition_columns(t)), s.target)
+                                                             partition_by=partition_columns(t), ids=ids(columns)),
+                            s.target)
         return
     lock = ("select pg_advisory_lock(hashtext(%s))", "select pg_advisory_unlock(hashtext(%s))")
     primary.execute(lock[0], (f"pgcdc fan-in {path}",))
@@ -196,7 +197,14 @@ def _copy(ctx: RunContext, w: TableWork, whole: _Whole) -> ConsumerState:
             written = copy_writes.overwrite(ctx.spark, path, rows, state, t.key_columns, ctx.landing, partition_columns(t))
     state = ctx.committed(primary, path, state, written, copied=True)
     w.report.copied = found_rows(ctx, t, path, written, None)
+    if t.into is None:  # (the copy wrote the table's columns as they are now)
+        evolve.record(ctx.spark, path, tablelog.read_state(ctx.spark, path, need_txns=False), ids(columns))
     return state
+
+
+def ids(columns: list[Column]) -> dict[str, int]:
+    """What a Delta table records of its columns: PostgreSQL's number of each (lake/evolve.py)."""
+    return {c.name: c.attnum for c in columns}
 
 
 def resume_copy(ctx: RunContext, w: TableWork, state: ConsumerState, engine: Engine | None = None) -> ConsumerState:

@@ -40,8 +40,9 @@ from pgcdc.sync import copies, history_folds
 from pgcdc.source.batch_read import ColumnsChanged
 from pgcdc.sync.apply import Planned, apply_batch
 from pgcdc.sync.context import RunContext, TableWork
+from pgcdc.sync.evolution import in_place
 from pgcdc.sync.pass_cut import PassCut, leave
-from pgcdc.sync.plan import check_state, columns_changed, copy_reason, next_step, table_path, with_mirror
+from pgcdc.sync.plan import check_state, copy_reason, next_step, table_path, with_mirror
 from pgcdc.sync.report import TableReport
 from pgcdc.watermark import ConsumerState
 
@@ -150,7 +151,7 @@ class Job:
         s = self.settings
         path, recorded, report, columns = self.open_table(src.primary, src.reader, t)
         schema = self.ctx.target_schema(src.jdbc, t, columns)
-        copies.create_target(self.ctx, src.primary, t, path, schema)
+        copies.create_target(self.ctx, src.primary, t, path, schema, columns)
         target.check_owner(self.spark, path, s.consumer, None if recorded else t.target_name, t.into is not None)
         if s.target.database and (name := catalog.register(self.spark, s.target.database, t.target_name, path)):
             self.say(f"{t.name}: registered in the catalog as {name}")
@@ -190,12 +191,15 @@ class Job:
 
     def _copy_if_changed(self, w: TableWork, cut: PassCut | None, schema: "StructType", now: str,
                          engine: Engine) -> tuple[ConsumerState | None, PassCut | None]:
-        """Step 1: copy the table if its columns or options changed since its Delta table was
-        written (plan.copy_reason); the state its state file holds then."""
+        """Step 1: copy the table if its options changed since its Delta table was written
+        (plan.copy_reason), or its columns where they cannot change in place (sync/evolution.py); the
+        state its state file holds then."""
         key = self.ctx.key(w.t)
         quick = read_state_file(self.spark, w.path, key)
         copied = quick.columns if w.t.into is not None and quick is not None else ""  # (what its rows were copied with)
         why = copy_reason(w.primary, self.spark, self.settings, w.t, w.path, schema, copied, now)
+        if why is None and w.t.into is None:
+            why = in_place(self.ctx, w, schema)
         if why is None:
             return quick, cut
         self.say(f"{w.t.name}: {why}: copying the table again")
@@ -282,14 +286,17 @@ class Job:
         if step.kind == "apply":
             try:
                 return apply_batch(self.ctx, engine, w, planned, state, cut), cut, w
-            except ColumnsChanged as changed:  # DDL since the run began; the copy covers this batch
-                self.say(f"{w.t.name}: its columns changed while this run read it ({changed}): copying the "
-                         "table again")
-                why = f"its columns changed: {changed}"
+            except ColumnsChanged as changed:  # DDL since the run began: in place, then the batch, or a copy
+                self.say(f"{w.t.name}: its columns changed while this run read it ({changed})")
                 w = replace(w, columns=table_columns(w.reader, w.t.name))
+                why = f"its columns changed: {changed}"
                 if w.t.into is None:  # (with on_schema_change = "fail" the table's sync stops here)
-                    columns_changed(self.spark, self.settings, w.t, w.path,
-                                    self.ctx.landing.schema(self.ctx.source_schema(w.jdbc, w.t, w.columns)))
+                    moved = in_place(self.ctx, w, self.ctx.target_schema(w.jdbc, w.t, w.columns))
+                    if moved is None:  # (the pass's snapshot shows the old columns: read as the rows are now)
+                        cut = leave(cut, w.t, f"its columns changed during the pass ({changed})", self.routine)
+                        return apply_batch(self.ctx, engine, w, planned, state, cut), cut, w
+                    why = moved
+                self.say(f"{w.t.name}: copying the table again ({why})")
         else:
             self.say(f"{w.t.name}: batch holds {step.why}: copying the table instead of applying the batch")
             why = f"a batch holding {step.why}"
@@ -302,7 +309,7 @@ class Job:
         """Copy one table again from scratch (runs.resync_tables goes over the tables)."""
         s = self.settings
         path, recorded, report, columns = self.open_table(src.primary, src.reader, t)
-        copies.create_target(self.ctx, src.primary, t, path, self.ctx.target_schema(src.jdbc, t, columns))
+        copies.create_target(self.ctx, src.primary, t, path, self.ctx.target_schema(src.jdbc, t, columns), columns)
         target.check_owner(self.spark, path, s.consumer, None if recorded else t.target_name, t.into is not None)
         last = committed_batch(self.spark, path, self.ctx.key(t)) or 0
         engine = self.chooser.choose(path).engine

@@ -8,10 +8,10 @@ its Delta table (`idle_base`, `idle_move`; pgcdc/sync/idle.py does it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pgcdc.errors import TargetError
-from pgcdc.lake import shards, tablelog, target
+from pgcdc.lake import evolve, shards, tablelog, target
 from pgcdc.lake.paths import target_path, target_root
 from pgcdc.source import partitions
 from pgcdc.source.mirror import committing_batch, recorded_target, resync_reason, target_holder
@@ -20,12 +20,14 @@ SMALL_FILE = 32 * 1024 * 1024  # bytes: a data file under this is small (Delta's
 SMALL_TABLE = 16 * 1024 * 1024  # bytes (pg_table_size): a table this small may be copied by the driver
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from datetime import datetime
 
     import psycopg
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
+    from pgcdc.lake.evolve import Evolution
     from pgcdc.lake.landing import Landing
     from pgcdc.lake.tablelog import LogState
     from pgcdc.settings import Settings
@@ -80,8 +82,59 @@ def copy_reason(primary: "psycopg.Connection", spark: "SparkSession", settings: 
     layout = layout_changed(tablelog.read_state(spark, path, need_txns=False), t)
     if layout is not None and t.into is None:  # (a fan-in's table is always partitioned by shard)
         return layout
+    if t.into is None:  # (another table's columns change in place where they can: column_step)
+        return None
     changed = columns_changed(spark, settings, t, path, source, copied, now)
     return None if changed is None else f"its columns changed ({changed})"
+
+
+@dataclass(frozen=True)
+class SourceColumns:
+    """A table's columns as its sync reads them (`schema`, with pgcdc's own named in `own`),
+    PostgreSQL's numbered by `attnums`, and what the catalog can tell on demand: what existing
+    rows hold in added columns (`added(numbers)`, source/added.py) and whether a rewrite of
+    the table would have been queued as a copy (`rewrites_seen()`: the DDL guard's rewrite
+    trigger is on)."""
+
+    schema: "StructType"
+    attnums: dict[str, int]
+    own: set[str]
+    added: "Callable[[list[int]], dict[int, tuple[bool, Any]]]"
+    rewrites_seen: "Callable[[], bool]"
+
+
+def column_step(spark: "SparkSession", settings: "Settings", t: "AttachedTable", path: str,
+                cols: SourceColumns) -> "Evolution | str | None":
+    """What the table's columns ask of its Delta table (not a fan-in's) before any batch: nothing
+    (None), a change in place (lake/evolve.py; also only recording the columns' numbers, where
+    the Delta table never did), or a copy (why). With `on_schema_change = "fail"` a change
+    stops the table's sync instead. A widening goes in place only where a rewrite would have
+    been queued as a copy: PostgreSQL rewrites the table for most (int -> bigint), and a
+    rewrite's USING may change values, which only the rewrite guard sees."""
+    source, attnums, own = cols.schema, cols.attnums, cols.own
+    log = tablelog.read_state(spark, path, need_txns=False)
+    delta, ids = log.schema(), evolve.recorded(log)
+    changed = target.schema_change(delta, source)
+    if ids is not None and all(ids.get(n) == i for n, i in attnums.items()) and changed is None:
+        return None
+    step: evolve.Evolution | str
+    if missing := [k for k in t.key_columns if k not in attnums]:  # (capture not told of a key renamed: no DDL guard)
+        step = changed or f"key {', '.join(missing)} gone"
+    else:
+        new = [attnums[f.name] for f in source.fields if f.name in attnums and
+               (f.name not in {g.name for g in delta.fields} if ids is None else attnums[f.name] not in ids.values())]
+        step = evolve.plan(delta, source, attnums, ids, cols.added(new) if new else {}, own)
+        if isinstance(step, evolve.Evolution) and not step.said:
+            return step  # (the same columns: their numbers recorded, a metadata commit)
+        if isinstance(step, evolve.Evolution) and step.widened and not cols.rewrites_seen():
+            step = (f"{step.line()}; a retype may have rewritten the table with new values, which only the DDL "
+                    "guard's rewrite trigger (not installed or disabled) would have seen")
+    if settings.ingest.on_schema_change == "fail":
+        changed = step.line() if isinstance(step, evolve.Evolution) else step
+        raise TargetError(f"the columns of {t.name} changed ({changed}) since {path} was written; run "
+                          f"`pgcdc resync {t.name}` to copy the table again (or set ingest.on_schema_change "
+                          f"= \"copy\" to have runs do it)")
+    return step if isinstance(step, evolve.Evolution) else f"its columns changed ({step})"
 
 
 def partition_columns(t: "AttachedTable") -> list[str]:

@@ -4,8 +4,10 @@
 -- that came or went are queued (below). After DDL on an
 -- attached table that changed its columns,
 -- in the DDL's own transaction: follow renamed key columns (by number), regenerate the capture
--- code, and queue a T event so every consumer copies the table again (its Delta copy has the
--- old columns); with --exclude-columns, let the readers read a column added. If the key or the predicate no longer exists, capture stops (its triggers are
+-- code, and with --exclude-columns let the readers read a column added. Consumers bring their
+-- Delta tables to the new columns themselves (in place where they can, pgcdc/lake/evolve.py):
+-- a read that the change overtook fails (pgcdc._columns_are), so no rows of the new shape land
+-- under the old one. A change that rewrote the table is queued as a T event (_on_rewrite). If the key or the predicate no longer exists, capture stops (its triggers are
 -- dropped; `pgcdc status` says so) rather than fail the application's statements.
 -- Touches: pgcdc.attached, capture functions and triggers, pgcdc.commit_queue.
 create or replace function pgcdc._on_ddl()
@@ -56,7 +58,6 @@ begin
                 using hint = format('run `pgcdc attach %s` with a valid --where, then `pgcdc resync %s`', a.relid, a.relid);
             continue;
         end;
-        perform pgcdc._queue_copy(a.table_id);
         if a.column_mode = 'except' then
             begin  -- a column added is kept: the readers may read it (column grants name each column)
                 perform pgcdc._grant_readers(a.table_id);

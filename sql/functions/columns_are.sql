@@ -1,0 +1,30 @@
+-- pgcdc._columns_are(table_id, columns): true while the columns of the attached table that its
+-- sync reads (pgcdc._kept) are `columns` ('attnum:name:type', in attnum order); else it raises
+-- undefined_column. Every query that reads an attached table's rows holds it as a condition
+-- (pgcdc/source/columns.py `unchanged`): evaluated once in the query's snapshot, it fails a read
+-- that a column change overtook, so rows of the new shape never land under the old one.
+-- Touches: nothing (reads pgcdc.attached and pg_attribute).
+create or replace function pgcdc._columns_are(p_table_id int, p_columns text[])
+returns boolean
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $fn$
+declare
+    v_now text[];
+    v_name text;
+begin
+    select array_agg(format('%s:%s:%s', a.attnum, a.attname, format_type(a.atttypid, a.atttypmod)) order by a.attnum),
+           min(s.table_name)
+      into v_now, v_name
+      from pgcdc.attached s join pg_attribute a on a.attrelid = s.relid
+     where s.table_id = p_table_id and a.attnum > 0 and not a.attisdropped
+       and pgcdc._kept(s.column_mode, s.column_attnums, s.column_names, s.key_attnums, a.attnum, a.attname);
+    if v_now is distinct from p_columns then
+        raise exception using errcode = 'undefined_column',
+            message = format('pgcdc: the columns of %s changed while it was read (now: %s)',
+                             coalesce(v_name, p_table_id::text), array_to_string(v_now, ', '));
+    end if;
+    return true;
+end
+$fn$;
