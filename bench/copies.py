@@ -5,11 +5,12 @@
 
 On a throwaway PostgreSQL and local Spark (JVM start excluded):
   1. a first sync of --rows narrow rows (a new consumer into a new folder each time), in chunks
-     (the first of --chunk-rows, the next sized to take --chunk-seconds), against a plain Spark JDBC read of the table plus a Delta write, and
-     against the same first sync in one snapshot, in rotating order (--repeat rounds, medians);
+     (the first of --chunk-rows, the next sized to take --chunk-seconds), against a plain Spark
+     JDBC read of the table plus a Delta write, and against the same first sync in one snapshot,
+     in rotating order (--repeat rounds, medians);
      then a resync in chunks (each chunk replacing its range of the full table);
-  2. the same copy killed half-way (at its first chunk commit past half its time) and resumed by the next
-     run: both runs together, against the plain copy;
+  2. the same copy killed half-way (at its first chunk commit past half its time) and resumed by
+     the next run: both runs together, against the plain copy;
   3. a copy of --big-rows rows while a sampler reads pg_stat_activity every 0.2 s: the longest
      any session held a snapshot (now() - xact_start of a backend with a backend_xmin), against
      the copy's total time;
