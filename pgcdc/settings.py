@@ -116,8 +116,9 @@ class IngestSettings(BaseModel):
     on_schema_change: Literal["copy", "fail"] = Field(
         default="copy",
         description="when a table's columns no longer match its Delta table's (a column added, dropped, renamed "
-        "or retyped without the DDL guard, see docs/capture.md): copy: copy the table again, so every row takes "
-        "the new columns and their values (defaults included); fail: stop the table's sync naming `pgcdc resync`",
+        "or retyped, see docs/capture.md): copy: bring the Delta table to them in place where that is exact (no "
+        "row read from PostgreSQL), else copy the table again, so every row takes the new columns and their values "
+        "(defaults included); fail: stop the table's sync naming `pgcdc resync`",
     )
     compact_files: int = Field(
         default=40, ge=0,

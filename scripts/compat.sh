@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The second supported pair: the merge engine's tests and one randomized schedule on
+# The second supported pair: the merge engine's tests, column changes in place and one randomized schedule on
 # pyspark 3.5 + delta-spark 3.3 (Scala 2.12), in a virtualenv of its own (.venv-compat).
 # On that Delta build the fast engine is untested: `auto` applies every table with merge. The
 # schedule (seed 11: the bank, kills, soft deletes, metadata columns) keeps the mirror without a
@@ -33,5 +33,5 @@ fi
 say "$(.venv-compat/bin/python -c 'from importlib.metadata import version as v; print("pyspark", v("pyspark"), "+ delta-spark", v("delta-spark"))')"
 .venv-compat/bin/python -m pgcdc.spark >/dev/null 2>.venv-compat/jars.log || { tail -n 20 .venv-compat/jars.log >&2; exit 1; }
 PGCDC_SEED=${PGCDC_SEED:-11} PGCDC_PLAIN_SHAPES=${PGCDC_PLAIN_SHAPES:-history} exec .venv-compat/bin/pytest -p no:cacheprovider tests/test_engines.py \
-  tests/test_batches.py tests/test_differential.py \
-  -k "test_engines or small_files or (random_schedule and out_of_order)" "$@"
+  tests/test_batches.py tests/test_differential.py tests/test_columns_in_place.py \
+  -k "test_engines or small_files or (random_schedule and out_of_order) or in_place" "$@"
