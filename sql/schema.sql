@@ -135,6 +135,9 @@ on conflict (name) do nothing;
 -- regenerate the capture code and queue a copy of the table.
 alter table pgcdc.attached add column if not exists key_attnums int2[];
 alter table pgcdc.attached add column if not exists shape text;
+-- Each column's type by number when the capture code was generated (pgcdc._types): a rewrite that
+-- only widens types (pgcdc._on_rewrite) needs no copy.
+alter table pgcdc.attached add column if not exists types jsonb;
 update pgcdc.attached a
    set key_attnums = (select array_agg(t.attnum order by u.o) from unnest(a.key_columns) with ordinality u(c, o)
                         join pg_attribute t on t.attrelid = a.relid and t.attname = u.c)

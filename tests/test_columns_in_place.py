@@ -146,6 +146,20 @@ def test_without_the_ddl_guard_columns_change_in_place_too(db: psycopg.Connectio
     assert any("added note (existing rows: 'x')" in line and "dropped s" in line for line in lines), lines
 
 
+def test_int_to_bigint_rewritten_by_postgresql_widens_in_place(db: psycopg.Connection, syncer: Syncer) -> None:
+    """PostgreSQL rewrites the table for int -> bigint; one ALTER TABLE without USING that only
+    widens queues no copy (pgcdc._on_rewrite), and the Delta table's column is cast in place."""
+    _table(db)
+    db.execute("alter table t add column c int not null default 5")
+    syncer.run()
+    queued = db.execute("select count(*) from pgcdc.commit_queue where op = 'T'").fetchone()[0]
+    lines = _in_place(db, syncer, "alter table t alter column c type bigint, alter column n type numeric(16,4)",
+                      "update t set c = 5000000000 where id = 7")
+    assert db.execute("select count(*) from pgcdc.commit_queue where op = 'T'").fetchone()[0] == queued
+    assert any("widened c int -> bigint" in line and "widened n decimal(10,2) -> decimal(16,4)" in line
+               for line in lines), lines
+
+
 def test_a_retype_postgresql_rewrote_the_table_for_is_copied(db: psycopg.Connection, syncer: Syncer) -> None:
     """A retype that rewrites the table (USING here; int -> bigint rewrites it too) fires no
     capture trigger; the rewrite guard queues a copy, which lands the new values."""

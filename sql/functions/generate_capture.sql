@@ -55,6 +55,7 @@ declare
 begin
     update pgcdc.attached t
        set shape = pgcdc._shape(t.relid),
+           types = pgcdc._types(t.relid),
            members = pgcdc._members(t.relid)
      where table_id = p_table_id;
     select * into strict a from pgcdc.attached where table_id = p_table_id;

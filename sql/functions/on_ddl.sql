@@ -42,7 +42,8 @@ begin
                 using hint = format('run `pgcdc attach %s` with its new key, then `pgcdc resync %s`', a.relid, a.relid);
             continue;
         end if;
-        update pgcdc.attached set key_columns = v_cols, key_types = v_types, shape = pgcdc._shape(relid)
+        update pgcdc.attached set key_columns = v_cols, key_types = v_types, shape = pgcdc._shape(relid),
+                                  types = pgcdc._types(relid)
          where table_id = a.table_id;
         begin
             if exists (select 1 from unnest(a.predicate_columns) c

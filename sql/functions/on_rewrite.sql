@@ -2,21 +2,50 @@
 -- role may create event triggers). ALTER TABLE that rewrites an attached table (a column
 -- retyped, even to its own type with USING; a column added with a volatile default) changes
 -- values without firing the capture triggers: queue a T event, in the DDL's own transaction,
--- so every consumer copies the table again. Touches: pgcdc.commit_queue.
+-- so every consumer copies the table again. Except a rewrite that only widens column types
+-- (pgcdc._widens: int -> bigint, ...) by one ALTER TABLE statement without USING: the values
+-- stay what they were, and each consumer widens its Delta table's columns in place
+-- (pgcdc/lake/evolve.py). Touches: pgcdc.commit_queue.
 create or replace function pgcdc._on_rewrite()
 returns event_trigger
 language plpgsql
 security definer  -- the table's owner runs the DDL; it needs no rights on pgcdc
 set search_path = pg_catalog, pg_temp
 as $fn$
+declare
+    v_oid oid := pg_event_trigger_table_rewrite_oid();
+    a pgcdc.attached;
 begin
     -- (a partition's rewrite: its root's table; an ALTER TABLE of the root rewrites each partition)
-    perform pgcdc._queue_copy(a.table_id)
-       from pgcdc.attached a
-      where a.relid = pg_event_trigger_table_rewrite_oid()
-         or pg_event_trigger_table_rewrite_oid() = any(a.members);
+    for a in select * from pgcdc.attached t where t.relid = v_oid or v_oid = any(t.members) loop
+        if not (a.relid = v_oid and pgcdc._widened_only(a, pg_event_trigger_table_rewrite_reason(), current_query())) then
+            perform pgcdc._queue_copy(a.table_id);
+        end if;
+    end loop;
 end
 $fn$;
+
+-- pgcdc._widened_only(a, reason, query): whether the rewrite of attached table `a` by `query` (one
+-- ALTER TABLE statement, the client's whole query, without USING: no expression of the user's
+-- computes the new values) only retyped columns (rewrite reason 4), each to a type that holds
+-- its every value unchanged (pgcdc._widens against the types the capture code was made with).
+create or replace function pgcdc._widened_only(a pgcdc.attached, reason int, query text)
+returns boolean
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select reason = 4 and a.types is not null
+       and query ~* '^\s*alter\s+table\s' and query !~* '\musing\M'
+       and strpos(rtrim(rtrim(query), '; '), ';') = 0
+       and not exists (select 1 from jsonb_each_text(a.types) o(attnum, old)
+                         join pg_attribute n on n.attrelid = a.relid and n.attnum = o.attnum::int2 and not n.attisdropped
+                        where format_type(n.atttypid, n.atttypmod) <> o.old
+                          and not pgcdc._widens(o.old, format_type(n.atttypid, n.atttypmod)))
+       and exists (select 1 from jsonb_each_text(a.types) o(attnum, old)
+                     join pg_attribute n on n.attrelid = a.relid and n.attnum = o.attnum::int2 and not n.attisdropped
+                    where format_type(n.atttypid, n.atttypmod) <> o.old)
+$$;
 
 do $et$
 begin
