@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from pgcdc.lake.tablelog import LogState
 
 COLUMNS = "pgcdc.columns"  # table property: {Delta column name: PostgreSQL attnum}
-_UNKNOWN = object()
+_UNKNOWN, _MOVED = object(), object()
 
 
 @dataclass(frozen=True)
@@ -98,10 +98,12 @@ def plan(delta: "StructType", source: "StructType", attnums: dict[str, int], ids
             evo.columns.append(Target(f.name, f.dataType, f.name, f.dataType))
             used.add(f.name)
             continue
-        old = _match(f.name, attnums[f.name], have, by_id, ids is not None)
+        old = _match(f.name, attnums[f.name], have, by_id, ids)
         if old is _UNKNOWN:
             return (f"its Delta table does not record which PostgreSQL column {f.name} was (written before pgcdc "
                     "recorded column numbers)")
+        if old is _MOVED:
+            return f"column {f.name} is not in its Delta table as pgcdc left it (another writer changed the table)"
         if old is None:
             known, value = added.get(attnums[f.name], (False, None))
             if not known:
@@ -125,6 +127,8 @@ def plan(delta: "StructType", source: "StructType", attnums: dict[str, int], ids
         if name not in used:
             if name in landing.NAMES:  # (what lands beside the rows changed: soft deletes off, say)
                 return f"pgcdc's column {name} is no longer asked for"
+            if ids is not None and name not in ids:
+                return f"its Delta table's column {name} is not one pgcdc recorded (another writer changed the table)"
             if ids is None:
                 return f"column {name} is gone, and its Delta table does not record the columns' numbers"
             evo.dropped.append(name)
@@ -133,15 +137,19 @@ def plan(delta: "StructType", source: "StructType", attnums: dict[str, int], ids
 
 
 def _match(name: str, attnum: int, have: dict[str, "StructField"], by_id: dict[str, int],
-           recorded_ids: bool) -> str | None | object:
+           ids: dict[str, int] | None) -> str | None | object:
     """The Delta column holding PostgreSQL column `name` (number `attnum`), None if none does
-    (it was added), or _UNKNOWN where only a record could tell."""
-    if recorded_ids:
-        found = [n for n, i in by_id.items() if i == attnum]
-        if found:
-            return found[0]
-        return _UNKNOWN if name in have and name not in by_id else None
-    return name if name in have else None
+    (it was added: PostgreSQL numbers a new column above every number it gave before), _UNKNOWN
+    where only a record could tell, or _MOVED where the record says the Delta table had it and
+    it no longer does (another writer renamed or dropped it)."""
+    if ids is None:
+        return name if name in have else None
+    found = [n for n, i in by_id.items() if i == attnum]
+    if found:
+        return found[0]
+    if attnum <= max(ids.values(), default=0):
+        return _MOVED
+    return _UNKNOWN if name in have and name not in by_id else None
 
 
 def widens(was: "DataType", now: "DataType") -> bool:

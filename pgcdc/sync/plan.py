@@ -121,8 +121,9 @@ def column_step(spark: "SparkSession", settings: "Settings", t: "AttachedTable",
     if missing := [k for k in t.key_columns if k not in attnums]:  # (capture not told of a key renamed: no DDL guard)
         step = changed or f"key {', '.join(missing)} gone"
     else:
+        top = max(ids.values(), default=0) if ids is not None else 0  # (PostgreSQL numbers a new column above)
         new = [attnums[f.name] for f in source.fields if f.name in attnums and
-               (f.name not in {g.name for g in delta.fields} if ids is None else attnums[f.name] not in ids.values())]
+               (f.name not in {g.name for g in delta.fields} if ids is None else attnums[f.name] > top)]
         step = evolve.plan(delta, source, attnums, ids, cols.added(new) if new else {}, own)
         if isinstance(step, evolve.Evolution) and not step.said:
             return step  # (the same columns: their numbers recorded, a metadata commit)
