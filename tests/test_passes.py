@@ -72,7 +72,8 @@ def test_a_column_added_to_an_idle_table_takes_the_full_path_and_lands(db: psyco
     db.execute("alter table public.p2 add column n int not null default 7")  # no row event: only DDL
     reports = syncer.run()
     assert _idle_line(syncer.lines).startswith("4 of 5 table(s) idle"), syncer.lines[-8:]
-    assert reports["public.p2"].copied == 20
+    assert reports["public.p2"].copied is None  # (in place: lake/evolve.py)
+    assert any("public.p2: its columns changed in place (added n (existing rows: 7))" in line for line in syncer.lines)
     assert "n" in syncer.delta("public.p2").columns
     syncer.assert_equal("public.p2")
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pgcdc.lake import landing
+from pgcdc.lake.target import COLUMNS, map_columns_if_needed
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
     from pgcdc.lake.tablelog import LogState
 
-COLUMNS = "pgcdc.columns"  # table property: {Delta column name: PostgreSQL attnum}
 _UNKNOWN, _MOVED = object(), object()
 
 
@@ -174,8 +174,10 @@ def apply(spark: "SparkSession", path: str, log: "LogState", evo: Evolution) -> 
     the old columns, whose numbers still hold for every column both have (the next run
     compares again)."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StructField, StructType
 
     table = "delta.`" + path.replace("`", "``") + "`"
+    map_columns_if_needed(spark, path, log, StructType([StructField(c.name, c.dtype) for c in evo.columns]))
     if evo.metadata_only:
         after: str | None = None
         for c in evo.columns:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pgcdc.errors import ConflictError, TargetError
-from pgcdc.lake import evolve, shards, tablelog
+from pgcdc.lake import shards, tablelog
 from pgcdc.lake.paths import FOLDER, spark_ident
 from pgcdc.lake.state import app_id
 from pgcdc.spark.jvm import cls
@@ -166,7 +166,7 @@ def create_table(spark: "SparkSession", path: str, new: NewTable, target: "Targe
     if new.fan_in or new.partition_by:
         builder = builder.partitionedBy(*([shards.SHARD] if new.fan_in else new.partition_by or []))
     mapping = _COLUMN_MAPPING if needs_column_mapping(schema) else {}
-    ids = {} if new.ids is None else {evolve.COLUMNS: json.dumps(new.ids)}
+    ids = {} if new.ids is None else {COLUMNS: json.dumps(new.ids)}
     for key, value in {OWNER: new.consumer, SOURCE: new.table, "delta.checkpointInterval": checkpoint_interval(new.table),
                        **properties(target), **mapping, **ids}.items():
         builder = builder.property(key, value)
@@ -246,6 +246,7 @@ def needs_column_mapping(schema: "StructType") -> bool:
 
 
 _COLUMN_MAPPING = {"delta.columnMapping.mode": "name"}
+COLUMNS = "pgcdc.columns"  # table property: {Delta column name: PostgreSQL attnum} (lake/evolve.py)
 
 
 def schema_change(target: "StructType", source: "StructType") -> str | None:

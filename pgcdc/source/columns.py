@@ -47,6 +47,8 @@ class Column:
     numeric_precision: int | None
     user_type: bool = False  # a type (or element type) someone created: a cast of it may be a user's function
     attnum: int = 0     # its number in the table: a column renamed keeps it, one dropped and added again does not
+    type_oid: int = 0   # its type (pg_attribute.atttypid, atttypmod): what a read's guard compares (`unchanged`)
+    typmod: int = -1
 
     def form(self, key: bool = False) -> str:
         """How the column travels: "native" (as it is), "date"/"timestamp"/"timestamptz" (as a
@@ -146,7 +148,7 @@ def columns_of(conn: psycopg.Connection, tables: list[str]) -> dict[str, list[Co
         "coalesce(e.typname, t.typname), t.typcategory = 'A', "
         "case when coalesce(e.typname, t.typname) = 'numeric' and a.atttypmod >= 4 "
         "     then ((a.atttypmod - 4) >> 16) & 65535 end, "
-        "coalesce(e.oid, t.oid) >= 16384, a.attnum "
+        "coalesce(e.oid, t.oid) >= 16384, a.attnum, a.atttypid::int, a.atttypmod "
         "from unnest(%s::text[]) k(name) join pg_attribute a on a.attrelid = to_regclass(k.name) "
         "join pg_type t on t.oid = a.atttypid left join pg_type e on e.oid = t.typelem "
         "and t.typcategory = 'A' left join pgcdc.attached s on s.relid = a.attrelid "
@@ -162,10 +164,11 @@ def columns_of(conn: psycopg.Connection, tables: list[str]) -> dict[str, list[Co
 
 def unchanged(table_id: int, columns: list[Column]) -> str:
     """A condition for a query reading the table's rows: true while the columns its sync reads are
-    still `columns` (number, name, type), else it fails the query (pgcdc._columns_are, SQLSTATE
-    42703): rows read after a column change never land in a Delta table still of the old shape,
-    which a change in place (lake/evolve.py) would then take for rows of the new one."""
-    shape = ", ".join(_lit(f"{c.attnum}:{c.name}:{c.type_sql}") for c in columns)
+    still `columns` (number, name, type and modifier), else it fails the query
+    (pgcdc._columns_are, SQLSTATE 42703): rows read after a column change never land in a Delta
+    table still of the old shape, which a change in place (lake/evolve.py) would then take for
+    rows of the new one."""
+    shape = ", ".join(_lit(f"{c.attnum}:{c.name}:{c.type_oid}:{c.typmod}") for c in columns)
     return f"pgcdc._columns_are({int(table_id)}, array[{shape}]::text[])"
 
 

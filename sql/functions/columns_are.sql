@@ -1,5 +1,5 @@
 -- pgcdc._columns_are(table_id, columns): true while the columns of the attached table that its
--- sync reads (pgcdc._kept) are `columns` ('attnum:name:type', in attnum order); else it raises
+-- sync reads (pgcdc._kept) are `columns` ('attnum:name:type oid:typmod', in attnum order); else it raises
 -- undefined_column. Every query that reads an attached table's rows holds it as a condition
 -- (pgcdc/source/columns.py `unchanged`): evaluated once in the query's snapshot, it fails a read
 -- that a column change overtook, so rows of the new shape never land under the old one.
@@ -14,7 +14,7 @@ declare
     v_now text[];
     v_name text;
 begin
-    select array_agg(format('%s:%s:%s', a.attnum, a.attname, format_type(a.atttypid, a.atttypmod)) order by a.attnum),
+    select array_agg(format('%s:%s:%s:%s', a.attnum, a.attname, a.atttypid::int, a.atttypmod) order by a.attnum),
            min(s.table_name)
       into v_now, v_name
       from pgcdc.attached s join pg_attribute a on a.attrelid = s.relid
@@ -22,8 +22,7 @@ begin
        and pgcdc._kept(s.column_mode, s.column_attnums, s.column_names, s.key_attnums, a.attnum, a.attname);
     if v_now is distinct from p_columns then
         raise exception using errcode = 'undefined_column',
-            message = format('pgcdc: the columns of %s changed while it was read (now: %s)',
-                             coalesce(v_name, p_table_id::text), array_to_string(v_now, ', '));
+            message = format('pgcdc: the columns of %s changed while it was read', coalesce(v_name, p_table_id::text));
     end if;
     return true;
 end
