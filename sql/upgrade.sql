@@ -81,7 +81,8 @@ end
 $predicates$;
 
 -- schema v12 added column choices (sql/functions/kept.sql, choose_columns.sql): readers call pgcdc._kept and
--- pgcdc.kept_columns to learn the columns a table's sync reads, as pgcdc.grant grants
+-- pgcdc.kept_columns to learn the columns a table's sync reads; v14 pgcdc._columns_are, which every
+-- read of an attached table's rows calls; as pgcdc.grant grants
 do $columns$
 declare
     r regrole;
@@ -89,21 +90,8 @@ begin
     for r in select to_regrole(g.role_name) from pgcdc.grantee g
               where g.kind = 'reader' and to_regrole(g.role_name) is not null loop
         execute format('grant execute on function pgcdc._kept(text, int2[], text[], int2[], int2, name), '
-                       'pgcdc.kept_columns(regclass), pgcdc._kept_names(regclass, text, int2[], text[], int2[]) '
-                       'to %s', r);
+                       'pgcdc.kept_columns(regclass), pgcdc._kept_names(regclass, text, int2[], text[], int2[]), '
+                       'pgcdc._columns_are(int, text[]) to %s', r);
     end loop;
 end
 $columns$;
-
--- schema v14 added pgcdc._columns_are(int, text[]), which every read of an attached table's rows
--- calls: readers may execute it, as pgcdc.grant grants
-do $columns_are$
-declare
-    r regrole;
-begin
-    for r in select to_regrole(g.role_name) from pgcdc.grantee g
-              where g.kind = 'reader' and to_regrole(g.role_name) is not null loop
-        execute format('grant execute on function pgcdc._columns_are(int, text[]) to %s', r);
-    end loop;
-end
-$columns_are$;

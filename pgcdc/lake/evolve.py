@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pgcdc.lake import landing
+from pgcdc.lake.paths import spark_ident
 from pgcdc.lake.target import COLUMNS, map_columns_if_needed
 
 if TYPE_CHECKING:
@@ -176,35 +177,33 @@ def apply(spark: "SparkSession", path: str, log: "LogState", evo: Evolution) -> 
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructField, StructType
 
-    table = "delta.`" + path.replace("`", "``") + "`"
     map_columns_if_needed(spark, path, log, StructType([StructField(c.name, c.dtype) for c in evo.columns]))
     if evo.metadata_only:
         after: str | None = None
         for c in evo.columns:
             if c.source is None:
-                spark.sql(f"alter table {table} add columns ({_ident(c.name)} {c.dtype.simpleString()}"
-                          f"{' after ' + _ident(after) if after else ' first'})")
+                spark.sql(f"alter table delta.{spark_ident(path)} add columns ({spark_ident(c.name)} "
+                          f"{c.dtype.simpleString()}{' after ' + spark_ident(after) if after else ' first'})")
             after = c.name
     else:
         rows = spark.read.format("delta").load(path)
-        exprs = [F.col(_ident(c.source)).cast(c.dtype).alias(c.name) if c.source is not None else
+        exprs = [F.col(spark_ident(c.source)).cast(c.dtype).alias(c.name) if c.source is not None else
                  F.lit(c.value).cast(c.dtype).alias(c.name) for c in evo.columns]
         parts = list(log.metadata.get("partitionColumns") or [])
         writer = rows.select(*exprs).write.format("delta").mode("overwrite").option("overwriteSchema", "true")
         (writer.partitionBy(*parts) if parts else writer).save(path)
-    spark.sql(f"alter table {table} set tblproperties ('{COLUMNS}' = {_string(json.dumps(evo.ids))})")
+    _set_ids(spark, path, evo.ids)
 
 
 def record(spark: "SparkSession", path: str, log: "LogState", ids: dict[str, int]) -> None:
     """Record the columns' numbers of a Delta table (of `log`) just written with the source's
     columns (a metadata commit, where they differ from those recorded)."""
     if recorded(log) != ids:
-        table = "delta.`" + path.replace("`", "``") + "`"
-        spark.sql(f"alter table {table} set tblproperties ('{COLUMNS}' = {_string(json.dumps(ids))})")
+        _set_ids(spark, path, ids)
 
 
-def _ident(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
+def _set_ids(spark: "SparkSession", path: str, ids: dict[str, int]) -> None:
+    spark.sql(f"alter table delta.{spark_ident(path)} set tblproperties ('{COLUMNS}' = {_string(json.dumps(ids))})")
 
 
 def _string(text: str) -> str:

@@ -162,6 +162,12 @@ def columns_of(conn: psycopg.Connection, tables: list[str]) -> dict[str, list[Co
     return found
 
 
+def numbers(columns: list[Column]) -> dict[str, int]:
+    """Each column's number in its table, by name: what a Delta table records of its columns
+    (lake/evolve.py), so that a rename is told from a drop and an add."""
+    return {c.name: c.attnum for c in columns}
+
+
 def unchanged(table_id: int, columns: list[Column]) -> str:
     """A condition for a query reading the table's rows: true while the columns its sync reads are
     still `columns` (number, name, type and modifier), else it fails the query

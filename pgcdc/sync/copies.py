@@ -22,7 +22,7 @@ from pgcdc.errors import TargetError
 from pgcdc.lake import copy_writes, evolve, shards, tablelog, target
 from pgcdc.source import capture, chunks, enrich, events, partitions, snapshots
 from pgcdc.source.capture import AttachedTable
-from pgcdc.source.columns import Column, columns_of
+from pgcdc.source.columns import Column, columns_of, numbers
 from pgcdc.source.mirror import mark_committing, register_table
 from pgcdc.source.snapshots import Held
 from pgcdc.sync.context import RunContext, TableWork
@@ -49,7 +49,8 @@ def create_target(ctx: RunContext, primary: psycopg.Connection, t: AttachedTable
         return
     if t.into is None:
         target.create_table(ctx.spark, path, target.NewTable(source, t.key_columns, s.consumer, t.name,
-                                                             partition_by=partition_columns(t), ids=ids(columns)),
+                                                             partition_by=partition_columns(t),
+                                                             ids=numbers(columns)),
                             s.target)
         return
     lock = ("select pg_advisory_lock(hashtext(%s))", "select pg_advisory_unlock(hashtext(%s))")
@@ -198,13 +199,8 @@ def _copy(ctx: RunContext, w: TableWork, whole: _Whole) -> ConsumerState:
     state = ctx.committed(primary, path, state, written, copied=True)
     w.report.copied = found_rows(ctx, t, path, written, None)
     if t.into is None:  # (the copy wrote the table's columns as they are now)
-        evolve.record(ctx.spark, path, tablelog.read_state(ctx.spark, path, need_txns=False), ids(columns))
+        evolve.record(ctx.spark, path, tablelog.read_state(ctx.spark, path, need_txns=False), numbers(columns))
     return state
-
-
-def ids(columns: list[Column]) -> dict[str, int]:
-    """What a Delta table records of its columns: PostgreSQL's number of each (lake/evolve.py)."""
-    return {c.name: c.attnum for c in columns}
 
 
 def resume_copy(ctx: RunContext, w: TableWork, state: ConsumerState, engine: Engine | None = None) -> ConsumerState:

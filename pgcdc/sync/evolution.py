@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from pgcdc.lake import evolve, tablelog
 from pgcdc.source.added import added_values
 from pgcdc.source.added import rewrites_seen
+from pgcdc.source.columns import numbers
 from pgcdc.sync.plan import SourceColumns, column_step
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ def in_place(ctx: "RunContext", w: "TableWork", schema: "StructType") -> str | N
     """Bring the Delta table's columns to the table's (`schema`, as the sync reads them) in place
     where they can; None once they agree, else why the table must be copied."""
     t = w.t
-    cols = SourceColumns(schema, {c.name: c.attnum for c in w.columns}, {f.name for f in ctx.landing.fields()},
+    cols = SourceColumns(schema, numbers(w.columns), {f.name for f in ctx.landing.fields()},
                          lambda numbers: added_values(w.reader, ctx.spark, w.jdbc, t, w.columns, numbers),
                          lambda: rewrites_seen(w.reader))
     step = column_step(ctx.spark, ctx.settings, t, w.path, cols)
