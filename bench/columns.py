@@ -16,16 +16,12 @@ a copy reads them all).
 from __future__ import annotations
 
 import argparse
-import time
 
 import psycopg
 
-from bench.common import throwaway
-from pgcdc.settings import Settings
+from bench.common import local_job, throwaway, timed_run
 from pgcdc.source import capture
-from pgcdc.spark.session import get_session
-from pgcdc.sync.ingest import Job
-from pgcdc.sync.runs import resync_tables, run_job
+from pgcdc.sync.runs import run_job
 
 CHANGES = [
     ("ADD COLUMN, no default", "alter table t add column note text"),
@@ -35,15 +31,6 @@ CHANGES = [
     ("numeric(10,2) -> numeric(14,2) (no rewrite)", "alter table t alter column n type numeric(14,2)"),
     ("int -> bigint (PostgreSQL rewrites the table)", "alter table t alter column label type bigint"),
 ]
-
-
-def _read(conn: psycopg.Connection) -> int:
-    """Rows of t PostgreSQL has read so far (once every session reported its counters)."""
-    conn.execute("select pg_stat_force_next_flush()")
-    time.sleep(1.2)
-    conn.execute("select pg_stat_clear_snapshot()")
-    return int(conn.execute("select coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) from pg_stat_user_tables "
-                            "where relid = 't'::regclass").fetchone()[0])
 
 
 def main() -> None:
@@ -60,10 +47,7 @@ def main() -> None:
                          f"from generate_series(1, {args.rows}) i")
             conn.execute("vacuum analyze t")
             capture.attach(conn, "t")
-            settings = Settings(source={"dsn": pg.dsn()}, target={"root": str(work / "lake")}, consumer="bench",
-                                spark={"conf": {"spark.driver.memory": "6g", "spark.sql.shuffle.partitions": "8"}})
-            spark = get_session(settings.spark, target_root=settings.target.root)
-            job = Job(settings, spark, say=lambda line: print("    " + line, flush=True))
+            job = local_job(pg.dsn(), work)
             run_job(job)
             # (untimed: a rewrite's code paths, used the first time, load and compile)
             conn.execute("alter table t add column warm int default 1")
@@ -81,16 +65,7 @@ def main() -> None:
                 if ddl:
                     conn.execute(ddl)
                 writes()
-                before = _read(conn)
-                began = time.perf_counter()
-                if copy:
-                    resync_tables(job, ["public.t"])
-                else:
-                    run_job(job)
-                seconds = time.perf_counter() - began
-                read = _read(conn) - before
-                print(f"  {label:50s} {seconds:7.2f}s  {read:>10,} rows read from PostgreSQL", flush=True)
-                return label, seconds, read
+                return timed_run(conn, job, "t", label, None, "public.t" if copy else None)
 
             print("\nan ordinary batch, then each change (with the batch), then a copy in chunks", flush=True)
             results = [timed("an ordinary batch (no change)", None)]

@@ -121,3 +121,46 @@ def run_rounds(conn: Any, tables: list[str], args: Any, jobs: dict[str, Any]) ->
     for job in jobs.values():
         job.close()
     return results
+
+
+def rows_read(conn: Any, tables: str) -> int:
+    """Rows PostgreSQL has read so far of the tables whose names are LIKE `tables` (seq_tup_read +
+    idx_tup_fetch), once every session reported its counters."""
+    conn.execute("select pg_stat_force_next_flush()")
+    time.sleep(1.2)  # (another session reports its counters when it ends or within a second when idle)
+    conn.execute("select pg_stat_clear_snapshot()")
+    return int(conn.execute("select coalesce(sum(coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)), 0) "
+                            "from pg_stat_user_tables where relname like %s", (tables,)).fetchone()[0])
+
+
+def timed_run(conn: Any, job: Any, tables: str, label: str, statement: str | None,
+              copy: str | None = None) -> tuple[str, float, int]:
+    """Run `statement` (untimed), then one ingest run of `job` (or a resync of table `copy`), timed;
+    print and return the label, its seconds and the rows PostgreSQL read of `tables` (rows_read)."""
+    from pgcdc.sync.runs import resync_tables, run_job
+
+    if statement:
+        conn.execute(statement)
+    before = rows_read(conn, tables)
+    began = time.perf_counter()
+    if copy:
+        resync_tables(job, [copy])
+    else:
+        run_job(job)
+    seconds = time.perf_counter() - began
+    read = rows_read(conn, tables) - before
+    print(f"  {label:50s} {seconds:7.2f}s  {read:>12,} rows read from PostgreSQL", flush=True)
+    return label, seconds, read
+
+
+def local_job(dsn: str, work: Path) -> Any:
+    """A Job of consumer "bench" syncing into <work>/lake on a local Spark (6 GiB driver), its
+    lines printed indented."""
+    from pgcdc.settings import Settings
+    from pgcdc.spark.session import get_session
+    from pgcdc.sync.ingest import Job
+
+    settings = Settings(source={"dsn": dsn}, target={"root": str(work / "lake")}, consumer="bench",
+                        spark={"conf": {"spark.driver.memory": "6g", "spark.sql.shuffle.partitions": "8"}})
+    spark = get_session(settings.spark, target_root=settings.target.root)
+    return Job(settings, spark, say=lambda line: print("    " + line, flush=True))

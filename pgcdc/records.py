@@ -38,6 +38,19 @@ class Batch(Record):
 
 
 @dataclass(frozen=True)
+class Partitions(Record):
+    """Partitions truncated or dropped: their rows replaced in a table (sync/partition_step.py);
+    `found`: the rows PostgreSQL holds in their bounds now."""
+
+    KIND: ClassVar[str] = "partitions"
+    table: str
+    batch: int
+    partitions: list[str]
+    found: int
+    seconds: float
+
+
+@dataclass(frozen=True)
 class TableDone(Record):
     """What a run did to one table (sync/report.py TableReport, its fields as they are)."""
 

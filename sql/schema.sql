@@ -250,3 +250,8 @@ alter table pgcdc.consumer_state add column if not exists copy_progress jsonb;
 alter table pgcdc.attached add column if not exists column_mode text check (column_mode in ('only', 'except'));
 alter table pgcdc.attached add column if not exists column_attnums int2[];
 alter table pgcdc.attached add column if not exists column_names text[];
+
+-- Each partition of a partitioned table's tree, described by its bound when the capture code was
+-- generated (pgcdc._partition_bounds): a partition truncated or dropped queues a T event that
+-- carries it, and consumers replace that partition's rows alone.
+alter table pgcdc.attached add column if not exists bounds jsonb;

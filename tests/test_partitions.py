@@ -120,7 +120,7 @@ def test_delta_equals_a_partitioned_table_through_its_trees_life(db: psycopg.Con
         """A change to the tree, then a write aimed at the changed part; where no event trigger saw
         the change, status names it and runs copy the table until `pgcdc attach pay`. With the
         event trigger, a partition attached or detached has its rows' keys queued (no copy of the
-        whole table), a dropped one is a copy (`copied`)."""
+        whole table), a dropped one replaces its rows alone; `copied`: a copy of the whole table."""
         db.execute(sql)
         db.execute("insert into pay_03 select i, '2024-03-03', 'new leaf' from generate_series(900, 905) i "
                    "on conflict do nothing")
@@ -143,7 +143,7 @@ def test_delta_equals_a_partitioned_table_through_its_trees_life(db: psycopg.Con
                 "alter table pay attach partition pay_04 for values from ('2024-04-01') to ('2024-05-01')")
     tree_change("alter table pay detach partition pay_01")
     db.execute("insert into pay_01 values (1, '2024-01-30', 'detached: not the root''s')")
-    tree_change("drop table pay_04", copied=True)
+    tree_change("drop table pay_04")  # (its rows alone replaced: tests/test_partitions_in_place.py)
     # to drop a partition without a copy: detach it first (its keys are queued), then drop it
     tree_change("alter table pay detach partition pay_03; drop table pay_03; create table pay_03 partition of pay "
                 "for values from ('2024-03-01') to ('2024-04-01')")

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -55,8 +55,9 @@ class Batch:
     extra: TxidSet
     events: int
     keys: int
-    truncate: bool
+    truncate: bool  # a TRUNCATE (or rewrite) of the whole table
     next_txid: int | None  # the first txid with events the batch leaves for later; None: nothing left
+    partitions: int = 0  # partitions truncated or dropped (T events carrying their bounds: `truncated`)
 
     def filter_sql(self, alias: str = "q") -> str:
         """SQL condition selecting exactly this batch's queue rows (numbers only: safe to inline)."""
@@ -101,10 +102,13 @@ def _outside(skip: TxidSet) -> str:
     return f"and not ({_in_ranges(skip, 'q')}) " if skip.ranges else ""
 
 
-# Per txid of one table: its events, keys, and whether it truncated. Already applied txids
+# Per txid of one table: its events, keys, whether it truncated (or rewrote) the table, and how
+# many of its partitions it truncated or dropped (T events carrying a bound). Already applied txids
 # are left out in SQL: were they counted against the LIMIT, a run of them could fill the
 # page and hide the unapplied txids behind it.
-_PER_TXID = ("select q.txid::text::bigint, count(*), coalesce(sum(cardinality(q.keys)), 0), bool_or(q.op = 'T') "
+_PER_TXID = ("select q.txid::text::bigint, count(*), coalesce(sum(cardinality(q.keys)), 0), "
+             "bool_or(q.op = 'T' and q.payload -> 'levels' is null), "
+             "count(*) filter (where q.op = 'T' and q.payload -> 'levels' is not null) "
              "from pgcdc.commit_queue q where q.table_id = %s and q.txid >= %s::text::xid8 {upper}{skip}"
              "group by q.txid order by q.txid limit %s")
 
@@ -118,22 +122,25 @@ class _Budget:
     events: int = 0
     keys: int = 0
     truncate: bool = False
+    partitions: int = 0
 
-    def take(self, events: int, keys: int, truncate: bool) -> bool:
+    def take(self, events: int, keys: int, truncate: bool, partitions: int) -> bool:
         """Add one transaction if it fits (the first one always does); False if it does not."""
         if self.events and (self.events + events > self.max_events or self.keys + keys > self.max_keys):
             return False
         self.events, self.keys, self.truncate = self.events + events, self.keys + keys, self.truncate or truncate
+        self.partitions += partitions
         return True
 
 
-def _walk(rows: list[tuple[int, int, int, bool]], limit: int, budget: _Budget) -> tuple[list[int], int | None]:
+def _walk(rows: list[tuple[int, int, int, bool, int]], limit: int,
+          budget: _Budget) -> tuple[list[int], int | None]:
     """Take transactions in txid order while they fit; return (taken txids, first txid not taken
     or None if every transaction was taken). `rows` came from a query cut at `limit` rows: if it
     returned that many, the last one is never taken, as what follows it is unknown."""
     taken: list[int] = []
-    for i, (txid, events, keys, truncate) in enumerate(rows):
-        if i == limit - 1 or not budget.take(events, keys, truncate):
+    for i, (txid, events, keys, truncate, partitions) in enumerate(rows):
+        if i == limit - 1 or not budget.take(events, keys, truncate, partitions):
             return taken, txid
         taken.append(txid)
     return taken, None
@@ -164,7 +171,14 @@ def plan_batch(conn: psycopg.Connection, snap: Snapshot, state: ConsumerState, *
     if budget.events == 0 and hi == lo:
         return None
     return Batch(state.table_id, lo, hi, skip, _ranges_between_gaps(extra, snap),
-                 budget.events, budget.keys, budget.truncate, stop)
+                 budget.events, budget.keys, budget.truncate, stop, budget.partitions)
+
+
+def truncated(conn: psycopg.Connection, batch: Batch) -> list[dict[str, Any]]:
+    """The bounds of the partitions the batch truncated or dropped (sql/functions/partition_bounds.sql)."""
+    rows = conn.execute(f"select q.payload from pgcdc.commit_queue q where {batch.filter_sql('q')} "
+                        "and q.op = 'T' and q.payload -> 'levels' is not null order by q.txid").fetchall()
+    return [r[0] for r in rows]
 
 
 def visible_at_or_above(conn: psycopg.Connection, table_id: int, snap: Snapshot) -> TxidSet:

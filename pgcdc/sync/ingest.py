@@ -41,6 +41,7 @@ from pgcdc.source.batch_read import ColumnsChanged
 from pgcdc.sync.apply import Planned, apply_batch
 from pgcdc.sync.context import RunContext, TableWork
 from pgcdc.sync.evolution import in_place
+from pgcdc.sync.partition_step import replace_partitions, truncated_rows
 from pgcdc.sync.pass_cut import PassCut, leave
 from pgcdc.sync.plan import check_state, copy_reason, next_step, table_path, with_mirror
 from pgcdc.sync.report import TableReport
@@ -277,14 +278,20 @@ class Job:
     def _batch(self, w: TableWork, state: ConsumerState, cut: PassCut | None, engine: Engine,
                planned: Planned) -> tuple[ConsumerState, PassCut | None, TableWork]:
         """One batch, as plan.next_step decides: passed (nothing of this table below the new
-        watermark: no Delta commit), applied, or copied instead (past recopy_fraction, or the
+        watermark: no Delta commit), applied (after the rows of the partitions it truncated or
+        dropped are replaced: sync/partition_step.py), or copied instead (past recopy_fraction, or the
         table's columns changed while the run read it: then with its columns as they are)."""
         batch, snap, size = planned
-        step = next_step(batch, size.rows, self.settings.ingest.recopy_fraction)
+        step = next_step(batch, size.rows, self.settings.ingest.recopy_fraction, truncated_rows(w, batch))
         if step.kind == "pass":  # (the mirror may move ahead: the events retention then drops are not its)
             return self.moved(w.path, state, batch), cut, w
-        if step.kind == "apply":
+        if step.kind in ("apply", "replace"):
+            rows = step.rows  # (the partitions' rows still to replace)
             try:
+                if rows is not None:
+                    state, rows = replace_partitions(self.ctx, w, rows, state, batch, cut), None
+                    if batch.keys == 0:  # (nothing else to apply: its commit moved the watermark)
+                        return state, cut, w
                 return apply_batch(self.ctx, engine, w, planned, state, cut), cut, w
             except ColumnsChanged as changed:  # DDL since the run began: in place, then the batch, or a copy
                 self.say(f"{w.t.name}: its columns changed while this run read it ({changed})")
@@ -292,10 +299,16 @@ class Job:
                 why = f"its columns changed: {changed}"
                 if w.t.into is None:  # (with on_schema_change = "fail" the table's sync stops here)
                     moved = in_place(self.ctx, w, self.ctx.target_schema(w.jdbc, w.t, w.columns))
-                    if moved is None:  # (the pass's snapshot shows the old columns: read as the rows are now)
+                    parts = None if rows is None else truncated_rows(w, batch)  # (by the columns' new names)
+                    if moved is None and not isinstance(parts, str):
+                        # (the pass's snapshot shows the old columns: read as the rows are now)
                         cut = leave(cut, w.t, f"its columns changed during the pass ({changed})", self.routine)
+                        if parts is not None:
+                            state = replace_partitions(self.ctx, w, parts, state, batch, cut)
+                            if batch.keys == 0:
+                                return state, cut, w
                         return apply_batch(self.ctx, engine, w, planned, state, cut), cut, w
-                    why = moved
+                    why = moved or f"a partition truncated or dropped ({parts})"
                 self.say(f"{w.t.name}: copying the table again ({why})")
         else:
             self.say(f"{w.t.name}: batch holds {step.why}: copying the table instead of applying the batch")

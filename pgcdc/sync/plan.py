@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from pgcdc.lake.landing import Landing
     from pgcdc.lake.tablelog import LogState
     from pgcdc.settings import Settings
+    from pgcdc.source.bounds import Rows
     from pgcdc.source.capture import AttachedTable
     from pgcdc.source.events import Batch, Snapshot
     from pgcdc.source.mirror import Mirrored
@@ -39,28 +40,36 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Step:
-    """What to do with one planned batch: `apply` it, `copy` the table instead (`why`), or
+    """What to do with one planned batch: `apply` it, `replace` the rows of the partitions it
+    truncated or dropped and then apply it (`rows`), `copy` the table instead (`why`), or
     `pass` it (no event of the table: only the watermark moves)."""
 
-    kind: Literal["apply", "copy", "pass"]
+    kind: Literal["apply", "replace", "copy", "pass"]
     why: str = ""
+    rows: "Rows | None" = None
 
 
-def next_step(batch: "Batch", rows: float, recopy_fraction: float) -> Step:
+def next_step(batch: "Batch", rows: float, recopy_fraction: float, partitions: "Rows | str | None" = None) -> Step:
     """The step for `batch` of a table of ~`rows` rows (pg_class.reltuples; -1 before the
-    first analyze).
+    first analyze); `partitions`: the rows of the partitions it truncated or dropped
+    (source/bounds.py), or why no predicate names them.
 
     A TRUNCATE has no keys, and txid order is not commit order: a transaction with a lower
     txid may have written the table after the TRUNCATE committed. Only a copy in one
-    snapshot is right whatever the order. A batch changing at least `recopy_fraction` of
+    snapshot is right whatever the order; for a partition, a copy of its bound's rows
+    (sync/partition_step.py). A batch changing at least `recopy_fraction` of
     the table is also copied: that is faster and leaves it compact. The copy's snapshot
     covers every event below its txmin, this batch included."""
     if batch.events == 0:
         return Step("pass")
     if batch.truncate:
         return Step("copy", "a TRUNCATE")
+    if isinstance(partitions, str):
+        return Step("copy", f"a partition truncated or dropped ({partitions})")
     if 0 < recopy_fraction and rows > 0 and batch.keys >= recopy_fraction * rows:
         return Step("copy", f"{batch.keys} keys, >= {recopy_fraction:.0%} of ~{rows:.0f} rows")
+    if partitions is not None:
+        return Step("replace", rows=partitions)
     return Step("apply")
 
 

@@ -52,11 +52,13 @@ declare
     v_member regclass;
     v_mine text;
     v_both boolean;
+    v_truncated text := 'null';
 begin
     update pgcdc.attached t
        set shape = pgcdc._shape(t.relid),
            types = pgcdc._types(t.relid),
-           members = pgcdc._members(t.relid)
+           members = pgcdc._members(t.relid),
+           bounds = case when pgcdc._members(t.relid) is not null then pgcdc._partition_bounds(t.relid) end
      where table_id = p_table_id;
     select * into strict a from pgcdc.attached where table_id = p_table_id;
     v_both := a.predicate is not null or a.members is not null;  -- UPDATE reads old and new rows
@@ -120,6 +122,15 @@ begin
     v_t := format($t$insert into pgcdc.commit_queue (txid, slot, table_id, op, shard, keys, payload)
             values (pg_catalog.pg_current_xact_id(), %s, %s, 'T', %s, null, %%s);$t$, replace(v_slot, '%', '%%'), a.table_id, v_shard);
 
+    -- a partition truncated: its T event carries the partition's bound (pgcdc._partition_bounds),
+    -- so a consumer replaces its rows alone; the table itself truncated: a copy of all of it
+    if a.bounds is not null and a.bounds <> '{}' then
+        select format('case %s end', string_agg(format('when tg_relid operator(pg_catalog.=) %s::pg_catalog.oid '
+                                                        'then %L::pg_catalog.jsonb', b.key, b.value), ' '))
+          into v_truncated
+          from jsonb_each(a.bounds) b;
+    end if;
+
     -- the tables it may fire for: the table, or every table of its partition tree
     v_mine := case when a.members is null then format('tg_relid operator(pg_catalog.<>) %s::pg_catalog.oid', a.relid::oid)
                    else format('not tg_relid operator(pg_catalog.=) any (%L::pg_catalog.oid[])', a.members) end;
@@ -171,7 +182,7 @@ begin
     end if;
     return null;
 end
-$body$, a.table_id, a.relid::text, v_mine, format(v_t, 'null'), fits,
+$body$, a.table_id, a.relid::text, v_mine, format(v_t, v_truncated), fits,
         format(v_t, format('pg_catalog.jsonb_build_object(''capture_error'', %L)',
                            format('a column of %s was renamed or dropped', fit_names))),
         format('a column of %s was renamed or dropped', fit_names), key_old, v_slot, v_shard,
