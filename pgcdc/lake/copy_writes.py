@@ -82,6 +82,25 @@ def replace_rows(spark: "SparkSession", path: str, rows: "DataFrame", state: Con
     return last_commit(spark, path, state)
 
 
+def delete_rows(spark: "SparkSession", path: str, state: ConsumerState, where: str) -> Written:
+    """Delete the table's rows matching `where` (a fan-in source's, `state.shard`, of its shard
+    alone) in one commit carrying the state, with Delta's public DELETE: where the table has
+    deletion vectors it marks the rows in them and rewrites no data file (a replaceWhere with
+    no rows would rewrite every file the rows lie in). Where no row matches, Delta's DELETE
+    commits nothing: an append of no row carries the state instead."""
+    from delta.tables import DeltaTable
+
+    if state.shard is not None:
+        where = f"{shards.where(state.shard)} and ({where})"
+    before = tablelog.latest_version(spark, path)
+    with state_commit(spark, state), conflicts(path, f"a delete of rows ({where})"):
+        DeltaTable.forPath(spark, path).delete(where)
+        if tablelog.latest_version(spark, path) == before:  # (no row matched: Delta committed nothing)
+            rows = spark.read.format("delta").load(path).limit(0)
+            rows.write.format("delta").mode("append").save(path)  # (a commit of no file, carrying the state)
+    return last_commit(spark, path, state)
+
+
 def append_rows(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState, keys: list[str],
                 landing: Landing) -> Written:
     """Add `rows` (read from PostgreSQL, keyed by `keys`, landed as `landing` says) to the table in

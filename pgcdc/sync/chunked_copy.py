@@ -167,21 +167,18 @@ def _chunk(ctx: RunContext, w: TableWork, key: CutKey, state: ConsumerState, siz
     return new, found_rows(ctx, t, path, written, chunks.delta_where(key, chunk.lo, chunk.hi))
 
 
-def found_rows(ctx: RunContext, t: AttachedTable, path: str, written: Written, where: str | None,
-               counted: bool = True) -> int:
-    """The rows a copy's commit `written` found in PostgreSQL (of the rows `where` names: a key
-    range, a partition's bound; None: all). `counted`: the commit's upserted rows are those (not
-    where `where` cuts files, whose other rows a replace writes again). With soft deletes it
-    also wrote the rows it no longer found, marked. Else its rows `where` names that are live
-    at that version are counted (Delta skips the files outside)."""
-    if counted and not ctx.landing.soft_deletes:
+def found_rows(ctx: RunContext, t: AttachedTable, path: str, written: Written, where: str | None) -> int:
+    """The rows a copy's commit `written` found in PostgreSQL (of the key range `where`; None:
+    all). With soft deletes it also wrote the rows it no longer found, marked, so those found
+    are counted: its range's live rows at that version (Delta skips the files outside)."""
+    if not ctx.landing.soft_deletes:
         return written.upserted
     from pyspark.sql import functions as F
 
     rows = ctx.spark.read.format("delta").option("versionAsOf", written.version).load(path)
     for part in (where, None if t.fan_in_shard is None else shards.where(t.fan_in_shard)):
         rows = rows.where(part) if part else rows
-    return rows.where(~F.col(spark_ident(landing.DELETED))).count() if ctx.landing.soft_deletes else rows.count()
+    return rows.where(~F.col(spark_ident(landing.DELETED))).count()
 
 
 def _throttle(max_rows_per_second: int, rows: int, seconds: float) -> None:

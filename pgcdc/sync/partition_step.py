@@ -24,7 +24,6 @@ from pgcdc.source import bounds, enrich, events, snapshots
 from pgcdc.source.batch_read import ColumnsChanged
 from pgcdc.source.columns import unchanged
 from pgcdc.source.mirror import mark_committing
-from pgcdc.sync.chunked_copy import found_rows
 from pgcdc.sync.context import RunContext, TableWork
 from pgcdc.sync.pass_cut import PassCut
 from pgcdc.sync.report import UNDEFINED_COLUMN, first_line, source_state
@@ -48,30 +47,36 @@ def replace_partitions(ctx: RunContext, w: TableWork, rows: bounds.Rows, state: 
                        batch: events.Batch, cut: PassCut | None) -> ConsumerState:
     """Replace the Delta table's rows of `rows`' bounds by the root's rows there now; the state
     committed with them: `batch`'s where it holds nothing else (no key), else the watermark
-    unchanged (ConsumerState.chunk), for the batch to apply next."""
+    unchanged (ConsumerState.chunk), for the batch to apply next. Where PostgreSQL holds no row
+    there (a partition truncated or dropped and left so), a DELETE, which deletion vectors make
+    cheap; else the rows found replace the bound (rewriting the files it cuts)."""
     primary, reader, t, columns, path = w.primary, w.reader, w.t, w.columns, w.path
     began = time.monotonic()
-    where = [f"({rows.pg})", unchanged(t.table_id, columns)] + ([f"({t.predicate})"] if t.predicate else [])
-    query = f"select {enrich.select_list(columns, 'src', t)} from {t.name} src where {' and '.join(where)}"
+    where = " and ".join([f"({rows.pg})", unchanged(t.table_id, columns)] + ([f"({t.predicate})"] if t.predicate else []))
     new = batch.next_state(state) if batch.keys == 0 else state.chunk(None)
-    with snapshots.reading(reader, None if cut is None else cut.held):
-        exported = cut.held.exported if cut is not None else reader.execute("select pg_export_snapshot()").fetchone()[0]
-        frame = enrich.read_queries(ctx.spark, w.jdbc, t, columns, [query], exported)
-        mark_committing(primary, new, path)  # (after the snapshot the rows are read in)
-        faults.failpoint("before-partition-commit")
-        try:
-            written = copy_writes.replace_rows(ctx.spark, path, frame, new, rows.delta, t.key_columns, ctx.landing)
-        except Exception as exc:  # a column renamed or dropped since the run read them (the run decides)
-            if source_state(exc) != UNDEFINED_COLUMN:
-                raise
-            raise ColumnsChanged(first_line(exc)) from exc
+    try:
+        with snapshots.reading(reader, None if cut is None else cut.held):
+            exported = cut.held.exported if cut is not None else \
+                reader.execute("select pg_export_snapshot()").fetchone()[0]
+            found = int(reader.execute(f"select count(*) from {t.name} src where {where}").fetchone()[0])
+            mark_committing(primary, new, path)  # (after the snapshot the rows are read in)
+            faults.failpoint("before-partition-commit")
+            if found == 0 and not ctx.landing.soft_deletes:
+                written = copy_writes.delete_rows(ctx.spark, path, new, rows.delta)
+            else:
+                frame = enrich.read_queries(ctx.spark, w.jdbc, t, columns, [
+                    f"select {enrich.select_list(columns, 'src', t)} from {t.name} src where {where}"], exported)
+                written = copy_writes.replace_rows(ctx.spark, path, frame, new, rows.delta, t.key_columns,
+                                                   ctx.landing)
+    except Exception as exc:  # a column renamed or dropped since the run read them (the run decides)
+        if source_state(exc) != UNDEFINED_COLUMN:
+            raise
+        raise ColumnsChanged(first_line(exc)) from exc
     new = ctx.committed(primary, path, new, written)
     faults.failpoint("after-partition-commit")
     seconds = round(time.monotonic() - began, 3)
-    names = ", ".join(rows.names)
-    found = found_rows(ctx, t, path, written, rows.delta, counted=False)
-    ctx.say(f"{t.name}: partitions truncated or dropped ({names}): their rows replaced by the {found} PostgreSQL "
-            f"holds there now ({seconds:.2f} s)",
+    ctx.say(f"{t.name}: partitions truncated or dropped ({', '.join(rows.names)}): their rows replaced by the "
+            f"{found} PostgreSQL holds there now ({seconds:.2f} s)",
             record=records.Partitions(t.name, new.batch, rows.names, found, seconds), log=_log)
     w.report.batches += 1
     w.report.events += batch.events if batch.keys == 0 else 0
