@@ -60,6 +60,11 @@ class TargetSettings(BaseModel):
         description="create tables with Delta's change data feed on (applied by the merge engine, so an update "
         "reads back as update_preimage/update_postimage)",
     )
+    column_mapping: Literal["auto", "always", "off"] = Field(
+        default="auto",
+        description="auto: a column dropped or renamed in a Delta table over 64 MiB turns Delta's column mapping "
+        "(name) on, so drops and renames change metadata alone (readers need column mapping; docs/readers.md); "
+        "always: in any table; off: the table is rewritten from itself instead (every reader keeps reading it)")
     row_tracking: bool = Field(
         default=False, description="create tables with row tracking (stable row ids; applied by the merge engine)")
     deletes: Literal["hard", "soft"] = Field(

@@ -81,6 +81,59 @@ def test_dropped_renamed_and_widened_columns_rewrite_delta_from_itself(db: psyco
     assert syncer.delta("public.t").where("id = 5").first()["n"] == pytest.approx(123456789012.25)
 
 
+def test_drops_and_renames_of_a_big_table_go_by_column_mapping_without_a_data_file(
+        db: psycopg.Connection, syncer: Syncer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table over evolve.MAPPING_BYTES (0 here): column mapping turned on, the drop and the renames
+    (one to the dropped column's name) metadata alone; a column dropped and added again under its
+    name holds NULL, not its old values; delta-rs reads it equal; `column_mapping = "off"` rewrites."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+
+    from pgcdc.lake import evolve
+
+    monkeypatch.setattr(evolve, "MAPPING_BYTES", 0)
+    _table(db)
+    lines = _in_place(db, syncer, "alter table t drop column s", "alter table t rename column v to s",
+                      "alter table t add column note text", "update t set note = 'x' where id <= 3")
+    line = next(x for x in lines if "columns changed in place" in x)
+    assert "dropped s" in line and "renamed v -> s" in line and "by column mapping, without writing a data file" in line
+    path = syncer.path("public.t")
+    ops = [r.operation for r in syncer.spark.sql(f"describe history delta.`{path}`").collect()]
+    assert "WRITE" not in ops[:ops.index("DROP COLUMNS")], ops  # (newest first: the first sync's copy is a WRITE)
+    lines = _in_place(db, syncer, "alter table t drop column n", "alter table t add column n numeric(10,2)",
+                      "update t set n = 1.5 where id = 2")
+    assert any("by column mapping" in x for x in lines), lines
+    assert syncer.delta("public.t").where("n is not null").count() == 1
+    read = QueryBuilder().register("t", DeltaTable(path)).execute("select id, s, note, n from t").read_all()
+    assert {tuple(r.values()) for r in pa.table(read).to_pylist()} == \
+        set(db.execute("select id, s, note, n from t").fetchall())
+    lines = _in_place(db, syncer, "alter table t rename column note to remark")
+    assert any("renamed note -> remark" in x and "by column mapping" in x for x in lines), lines
+    # the key renamed: the fast engine finds the stored rows by the key's physical name (still "id")
+    lines = _in_place(db, syncer, "alter table t rename column id to ident",
+                      "update t set remark = 'y' where ident <= 5", "delete from t where ident = 7")
+    assert any("renamed id -> ident" in x for x in lines) and any("applied by fast" in x for x in lines), lines
+    db.execute("update t set remark = 'z' where ident between 10 and 12")
+    syncer.run()
+    syncer.assert_equal("public.t")
+
+
+def test_with_column_mapping_off_a_big_tables_drop_is_rewritten(
+        db: psycopg.Connection, syncer: Syncer, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pgcdc.lake import evolve
+
+    monkeypatch.setattr(evolve, "MAPPING_BYTES", 0)
+    _table(db)
+    syncer.run(target={"column_mapping": "off"})
+    db.execute("alter table t drop column s")
+    said = len(syncer.lines)
+    syncer.run(target={"column_mapping": "off"})
+    assert any("dropped s" in x and "rewriting its Delta table from itself" in x for x in syncer.lines[said:])
+    configuration = syncer.spark.sql(f"describe detail delta.`{syncer.path('public.t')}`").first()["properties"]
+    assert configuration.get("delta.columnMapping.mode", "none") == "none", configuration
+    syncer.assert_equal("public.t")
+
+
 def test_a_column_dropped_and_added_again_under_its_name_holds_the_new_values(db: psycopg.Connection,
                                                                              syncer: Syncer) -> None:
     """Same name, same type, another column (another attnum): the old values must not stay."""

@@ -288,6 +288,18 @@ def last_commit(spark: "SparkSession", path: str, state: ConsumerState) -> Writt
 def map_columns_if_needed(spark: "SparkSession", path: str, log: "tablelog.LogState", schema: "StructType") -> None:
     """Turn column mapping on (before a write that sets the table's schema) if a column name of
     `schema` needs it and the table (as `log` has it) does not have it yet."""
-    if needs_column_mapping(schema) and log.configuration.get("delta.columnMapping.mode", "none") == "none":
+    if needs_column_mapping(schema):
+        map_columns(spark, path, log)
+
+
+def maps_columns(log: "tablelog.LogState") -> bool:
+    """Whether the table (as `log` has it) has column mapping on."""
+    return log.configuration.get("delta.columnMapping.mode", "none") != "none"
+
+
+def map_columns(spark: "SparkSession", path: str, log: "tablelog.LogState") -> None:
+    """Turn column mapping (name) on, where the table does not have it yet: a metadata commit
+    (each column's physical name stays its name)."""
+    if not maps_columns(log):
         props = ", ".join(f"'{k}' = '{v}'" for k, v in _COLUMN_MAPPING.items())
         spark.sql(f"alter table delta.{spark_ident(path)} set tblproperties ({props})")

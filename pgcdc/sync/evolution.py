@@ -33,9 +33,12 @@ def in_place(ctx: "RunContext", w: "TableWork", schema: "StructType") -> str | N
     if step is None or isinstance(step, str):
         return step
     began = time.monotonic()
-    evolve.apply(ctx.spark, w.path, tablelog.read_state(ctx.spark, w.path, need_txns=False), step)
+    log = tablelog.read_state(ctx.spark, w.path, need_txns=False)
+    mapping = evolve.by_mapping(log, step, ctx.settings.target.column_mapping)
+    evolve.apply(ctx.spark, w.path, log, step, mapping)
     if step.said:
-        how = "without writing a data file" if step.metadata_only else "rewriting its Delta table from itself"
+        how = "without writing a data file" if step.metadata_only else \
+            "by column mapping, without writing a data file" if mapping else "rewriting its Delta table from itself"
         ctx.say(f"{t.name}: its columns changed in place ({step.line()}), {how}, no row read from PostgreSQL "
                 f"({time.monotonic() - began:.2f} s)", log=_log)
     return None

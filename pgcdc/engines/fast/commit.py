@@ -20,7 +20,7 @@ from py4j.protocol import Py4JJavaError
 
 from pgcdc import faults
 from pgcdc.engines.fast import driver_marks, driver_write
-from pgcdc.engines.fast.deltalog import files_overlapping, read_all_files, read_committed_version, renames_columns, stored_rows
+from pgcdc.engines.fast.deltalog import files_overlapping, physical_names, read_all_files, read_committed_version, stored_rows
 from pgcdc.errors import ConflictError, TargetError
 from pgcdc.lake.state import app_id
 from pgcdc.lake.target import Written, state_commit
@@ -87,13 +87,13 @@ def merge(a: Applying, bounds: tuple[int, int] | None = None, keys: "Callable[[]
     # Reading the whole file list records it in the transaction: a concurrent rewrite of
     # those files (OPTIMIZE elsewhere) makes this commit fail instead of resurrecting rows.
     files = pylist(spark, read_all_files(txn))
-    if keys is not None and not renames_columns(txn):
+    if keys is not None:
         (added, write_ms), (found, scan_ms) = alongside(  # rows written while old ones are found
             lambda: _timed(lambda: _write_rows(a, txn, local_rows)),
             lambda: _timed(lambda: _found_on_driver(spark, txn, files, read, keys())))
         return _apply(a, txn, found, _Timing(started, scan_ms, write_ms), added)
     if bounds is not None:  # files whose key range misses the batch hold none of its keys
-        files = files_overlapping(files, read.key_columns[0], *bounds)
+        files = files_overlapping(files, physical_names(txn, read.key_columns[:1])[0], *bounds)
     key_frame = read.keys.persist(StorageLevel.MEMORY_AND_DISK)  # read once from PostgreSQL: counted, then joined
     try:
         num_keys = key_frame.count()
@@ -134,13 +134,14 @@ def _found_on_driver(spark: "SparkSession", txn: Any, files: list[Any], read: "B
     rows of `keys` (found by the driver; by a Spark join if a file is not on the local file
     system), and the number of keys."""
     bounds = array_bounds(keys)
+    stored = physical_names(txn, read.key_columns)  # (the names the files and their statistics use)
     if bounds is not None:
-        files = files_overlapping(files, read.key_columns[0], *bounds)
+        files = files_overlapping(files, stored[0], *bounds)
     paths = driver_marks.local_paths(txn, files)
     if paths is None:
         vectors = _matched_rows(spark, txn, files, read.keys, keys.num_rows, bounds)
     else:
-        vectors = driver_marks.deletion_vectors(spark, txn, files, paths, read.key_columns, keys)
+        vectors = driver_marks.deletion_vectors(spark, txn, files, paths, stored, keys.rename_columns(stored))
     return _Found(files, vectors, keys.num_rows, bounds)
 
 

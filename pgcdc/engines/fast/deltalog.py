@@ -79,6 +79,16 @@ def renames_columns(txn: Any) -> bool:
     return bool(txn.metadata().columnMappingMode().name() != "none")
 
 
+def physical_names(txn: Any, columns: list[str]) -> list[str]:
+    """The names `columns` are stored under in the table's Parquet files and file statistics: their
+    own, or with column mapping the physical name Delta keeps for each (a column renamed keeps
+    its old one; one that existed before mapping was turned on, its name then)."""
+    if not renames_columns(txn):
+        return list(columns)
+    fields = {f["name"]: f for f in json.loads(txn.metadata().schema().json())["fields"]}
+    return [str(fields[c].get("metadata", {}).get("delta.columnMapping.physicalName", c)) for c in columns]
+
+
 def stored_rows(spark: "SparkSession", txn: Any, files: list[Any], columns: list[str]) -> "DataFrame":
     """The given columns of every row stored in the files, deleted rows included, read as
     plain Parquet: for marking rows deleted, a row already marked changes nothing, and

@@ -11,7 +11,8 @@ vector, stored in one new file). The result is what Spark's way returns, and tak
 same path to the commit.
 
 Only where that is as exact as the Spark path: key columns held as integers or text,
-files on the local file system, no column mapping; and up to `ingest.driver_keys` keys,
+files on the local file system (with column mapping, read by the key columns' physical names:
+deltalog.physical_names); and up to `ingest.driver_keys` keys,
 which the driver holds as one Arrow table (as many as a Spark broadcast join would
 gather on it). Everything else takes the Spark path.
 """
