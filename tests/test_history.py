@@ -187,7 +187,8 @@ def test_verify_compares_the_historys_current_rows_too_and_compact_compacts_it(d
                                          "app.t (history): Delta equals PostgreSQL (20 rows)"]
     db.execute("update app.t set v = 0 where id = 3")
     found = verify(syncer.spark, db, str(syncer.root), [t], "test")
-    assert [c.equal for c in found] == [False, False] and "verify again" in found[1].line()
+    # (the mirror: a change not synced yet, on its way; the history compares without the state)
+    assert [c.equal for c in found] == [True, False] and found[0].in_flight == 1 and "verify again" in found[1].line()
     done = compact(syncer.settings(**HISTORY), syncer.spark, ["app.t"])
     assert [(c.table, c.path) for c in done] == [("app.t", syncer.path("app.t")),
                                                  ("app.t (history)", syncer.path("app.t") + "__history")]

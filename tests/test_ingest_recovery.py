@@ -192,7 +192,13 @@ def test_cli_verify_and_status(db: psycopg.Connection, syncer, tmp_path: Path, c
     cfg = _config(syncer, tmp_path)
     assert main(["--config", str(cfg), "verify"]) == 0
     assert "public.t: Delta equals PostgreSQL (1 rows)" in capsys.readouterr().out
-    db.execute("insert into t values (2, 'b')")
+    db.execute("insert into t values (2, 'b')")  # (not synced yet: on its way, no difference)
+    assert main(["--config", str(cfg), "verify"]) == 0
+    assert "public.t: Delta equals PostgreSQL (1 rows; 1 rows differ by changes not synced yet)" in \
+        capsys.readouterr().out
+    db.execute("set session_replication_role = replica")  # (a write capture does not see)
+    db.execute("insert into t values (3, 'c')")
+    db.execute("reset session_replication_role")
     assert main(["--config", str(cfg), "verify"]) == 1
     assert "public.t: DIFFERENT: 1 rows only in PostgreSQL, 0 only in Delta" in capsys.readouterr().out
     assert main(["--config", str(cfg), "status"]) == 0

@@ -136,13 +136,20 @@ def test_each_verify_outcome_names_its_own_next_step(db: psycopg.Connection, syn
     capture.attach(db, "t")
     syncer.run()
 
-    def outcome() -> str:
+    def outcome(equal: bool = False) -> str:
         [result] = verify(syncer.spark, db, str(syncer.root), capture.list_attached(db), consumer="test")
-        assert not result.equal
+        assert result.equal == equal, result.line()
         return result.line()
     db.execute("update t set v = 'b' where id = 1")
+    line = outcome(equal=True)  # (a change not synced yet is no difference: on its way)
+    assert "Delta equals PostgreSQL (10 rows; 1 rows differ by changes not synced yet)" in line, line
+    db.execute("set session_replication_role = replica")  # (capture bypassed: no event)
+    db.execute("update t set v = 'bypassed' where id = 3")
+    db.execute("reset session_replication_role")
     line = outcome()
-    assert "1 change(s) of public.t are not synced yet: run `pgcdc ingest`" in line and "resync" not in line, line
+    assert "1 rows only in PostgreSQL, 1 only in Delta" in line and "3 (v: PostgreSQL bypassed vs Delta a)" in line \
+        and "changed where capture did not see them" in line and "1 rows differ by changes not synced yet" in line, line
+    db.execute("update t set v = 'a' where id = 3")
     syncer.run()
     path = syncer.path("public.t")
     syncer.spark.sql(f"delete from delta.`{path}` where id = 2")  # another tool's write

@@ -7,8 +7,10 @@ Delta type. A mapping that changed values on the way (a date moved, an infinity 
 a plausible date) shows as a difference. Rows are hashed into buckets by key on both sides;
 only the buckets whose row count or hash differ are compared row by row.
 
-Exact only when nothing is written to the table meanwhile: the Delta table equals
-PostgreSQL as of its watermark, not as of now.
+With a consumer named, exact while the application writes: PostgreSQL is read in one snapshot
+taken after the Delta version compared, and a row that differs by a change the consumer has not
+applied yet is counted apart, as on its way (checks/in_flight.py says why that is sound).
+Without one, exact only when nothing is written meanwhile.
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ from pgcdc.lake.paths import spark_ident, target_path
 from pgcdc.lake.state import app_id, load_state
 from pgcdc.source import access
 from pgcdc.source.capture import AttachedTable
-from pgcdc.source.events import pending
 from pgcdc.checks import canon
+from pgcdc.checks.in_flight import on_their_way
 from pgcdc.sync.plan import table_path
 from pgcdc.sync.report import first_line
-from pgcdc.watermark import state_key
+from pgcdc.watermark import ConsumerState, state_key
 
 if TYPE_CHECKING:
     import psycopg
@@ -56,6 +58,7 @@ class Comparison:
     duplicates: int = 0
     problem: str | None = None
     next_step: str = ""
+    in_flight: int = 0  # rows that differ by changes the consumer has not applied yet (not counted above)
 
     @property
     def equal(self) -> bool:
@@ -63,8 +66,9 @@ class Comparison:
             self.only_in_postgres == self.only_in_delta == self.duplicates == 0
 
     def line(self) -> str:
+        moving = f"; {self.in_flight} rows differ by changes not synced yet" if self.in_flight else ""
         if self.equal:
-            return f"{self.table}: Delta equals PostgreSQL ({self.delta_rows} rows)"
+            return f"{self.table}: Delta equals PostgreSQL ({self.delta_rows} rows{moving})"
         if self.problem is not None:
             what = f"{self.table}: NOT COMPARED: {self.problem}"
         elif self.columns is not None:
@@ -72,7 +76,7 @@ class Comparison:
         else:
             what = (f"{self.table}: DIFFERENT: {self.only_in_postgres} rows only in PostgreSQL, {self.only_in_delta} "
                     f"only in Delta, {self.duplicates} more than once in Delta ({self.postgres_rows} vs "
-                    f"{self.delta_rows} rows; keys e.g. {', '.join(self.examples)})")
+                    f"{self.delta_rows} rows; keys e.g. {', '.join(self.examples)}{moving})")
         return f"{what}; {self.next_step}" if self.next_step else what
 
 
@@ -115,9 +119,11 @@ class _Buckets:
                            for b in chosen)
 
 
-def compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable, path: str) -> Comparison:
+def compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable, path: str,
+            state: ConsumerState | None = None) -> Comparison:
     """Compare the Delta table at `path` with PostgreSQL's table `t` (see the module docstring);
-    a table that cannot be read, or whose columns differ, is an outcome with its own next step."""
+    a table that cannot be read, or whose columns differ, is an outcome with its own next step.
+    `state`: the consumer's committed state, read before anything else (checks/in_flight.py)."""
     from py4j.protocol import Py4JJavaError
 
     access.check_readable(conn, t)
@@ -131,30 +137,37 @@ def compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable,
                           problem=f"{path} references data files that are gone ({', '.join(gone)}, ...): no reader can "
                                   "read it")
     try:
-        return _compare(spark, conn, t, path)
+        version = tablelog.latest_version(spark, path)  # (after the state, before PostgreSQL's snapshot)
+        with conn.transaction():
+            conn.execute("set transaction isolation level repeatable read, read only")
+            return _compare(spark, conn, t, path, version, state)
     except Py4JJavaError as exc:
         return Comparison(t.name, path, 0, 0, 0, 0, problem=f"Spark cannot read {path}: {first_line(exc)}",
                           next_step=f"if no other reader can either, {again}")
 
 
-def _compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable, path: str) -> Comparison:
-    """compare's reading: Delta's rows shaped as PostgreSQL's, their columns checked, then the rows."""
+def _compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable, path: str, version: int,
+             state: ConsumerState | None) -> Comparison:
+    """compare's reading: Delta's rows (at `version`) shaped as PostgreSQL's, their columns
+    checked, then the rows."""
     pg_cols = canon.pg_columns(conn, t.name)
     names = [c[0] for c in pg_cols]
-    delta = _delta_rows(spark, t, path, names)
+    delta = _delta_rows(spark, t, path, names, version)
     if isinstance(delta, Comparison):
         return delta
     types = {f.name: f.dataType for f in delta.schema.fields}
     differ = _columns_differ(t, path, names, list(types))
     if differ is not None:
         return differ
-    return _Rows.of(conn, t, pg_cols, types).compare(conn, delta, path)
+    return _Rows.of(conn, t, pg_cols, types).compare(conn, delta, path, state)
 
 
-def _delta_rows(spark: "SparkSession", t: AttachedTable, path: str, names: list[str]) -> "DataFrame | Comparison":
-    """The Delta table's rows PostgreSQL should hold now, in its columns' order (without pgcdc's
-    own columns, soft-deleted rows, a history's closed versions or a fan-in's other sources)."""
-    delta = spark.read.format("delta").load(path)
+def _delta_rows(spark: "SparkSession", t: AttachedTable, path: str, names: list[str],
+                version: int) -> "DataFrame | Comparison":
+    """The Delta table's rows (at `version`) PostgreSQL should hold now, in its columns' order
+    (without pgcdc's own columns, soft-deleted rows, a history's closed versions or a fan-in's
+    other sources)."""
+    delta = spark.read.format("delta").option("versionAsOf", version).load(path)
     if landing.DELETED in delta.columns:  # soft deletes: the rows PostgreSQL still has
         delta = delta.where(f"not {spark_ident(landing.DELETED)}")
     delta = delta.drop(*landing.NAMES)  # (pgcdc's own columns: lake/landing.py)
@@ -224,9 +237,11 @@ class _Rows:
     def spark(self, rows: "DataFrame") -> "DataFrame":
         return rows.selectExpr(f"{self.spark_key} as k", f"{self.spark_row} as r", f"{self.buckets.spark} as b")
 
-    def compare(self, conn: "psycopg.Connection", delta: "DataFrame", path: str) -> Comparison:
+    def compare(self, conn: "psycopg.Connection", delta: "DataFrame", path: str,
+                state: ConsumerState | None) -> Comparison:
         """Sums per bucket on both sides (PostgreSQL on a thread while Spark reads Delta), then
-        row by row in the buckets that differ."""
+        row by row in the buckets that differ; with the consumer's `state`, the rows that differ
+        by changes it has not applied yet counted apart (checks/in_flight.py)."""
         from pyspark.sql import functions as F
 
         pg_hash, sp_hash = canon.row_hash("r")
@@ -249,10 +264,13 @@ class _Rows:
         only_pg = [k for k, v in in_pg.items() if v not in in_delta.get(k, [])]
         only_delta = [k for k, vs in in_delta.items() for v in vs if v != in_pg.get(k)]
         twice = [k for k, vs in in_delta.items() if k in in_pg for _ in range(vs.count(in_pg[k]) - 1)]
+        differ = sorted(set(only_pg) | set(only_delta) | set(twice))
+        moving = on_their_way(conn, self.t, state, self.pg_key, differ) if state is not None else set()
+        only_pg, only_delta, twice = ([k for k in keys if k not in moving] for keys in (only_pg, only_delta, twice))
         examples = [_example(k, names, in_pg.get(k), in_delta.get(k, [None])[0])
                     for k in sorted(set(only_pg) | set(only_delta) | set(twice))[:3]]
         return Comparison(name, path, pg_total, delta_total, len(only_pg), len(only_delta), examples,
-                          duplicates=len(twice))
+                          duplicates=len(twice), in_flight=len(moving))
 
     def _read_pg(self, conn: "psycopg.Connection", differing: list[int]) -> dict[str, str]:
         found: dict[str, str] = {}
@@ -295,9 +313,10 @@ def verify(spark: "SparkSession", conn: "psycopg.Connection", root: str,
     results = []
     for t in tables:
         path = table_path(conn, consumer, t, root)[0] if consumer else target_path(root, t.target_name)
-        found = compare(spark, conn, t, path)
+        state = _state(spark, path, consumer, t)
+        found = compare(spark, conn, t, path, state if isinstance(state, ConsumerState) else None)
         if not found.equal and not found.next_step:
-            found = replace(found, next_step=_rows_step(spark, conn, t, path, consumer, found))
+            found = replace(found, next_step=_rows_step(spark, conn, t, path, consumer, found, state))
         results.append(found)
         kept = history.history_path(path)
         if target.is_delta(spark, kept):  # its history's current rows too (docs/history.md)
@@ -309,18 +328,26 @@ def verify(spark: "SparkSession", conn: "psycopg.Connection", root: str,
     return results
 
 
+def _state(spark: "SparkSession", path: str, consumer: str | None, t: AttachedTable) -> ConsumerState | str | None:
+    """The consumer's committed state of the table (None: no consumer named), or why there is none."""
+    if consumer is None:
+        return None
+    try:
+        state = load_state(spark, path, state_key(consumer, t.fan_in_shard), repair=False) \
+            if target.is_delta(spark, path) else None
+    except TargetError as exc:
+        return str(exc)
+    return state if state is not None else f"consumer {consumer} has no state in {path}"
+
+
 def _rows_step(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable, path: str,
-               consumer: str | None, found: Comparison) -> str:
+               consumer: str | None, found: Comparison, state: ConsumerState | str | None) -> str:
     """What to do about rows that differ, from what the consumer's state, the queue and the
     table's log say of why."""
     again = f"`pgcdc resync {t.name}` writes it again from PostgreSQL"
     if consumer is None:
         return f"re-run `pgcdc ingest` once writes pause and verify again; if they still differ, {again}"
-    try:
-        state = load_state(spark, path, state_key(consumer, t.fan_in_shard), repair=False)
-    except TargetError:
-        state = None
-    if state is None:
+    if state is None or isinstance(state, str):
         return f"consumer {consumer}'s state in {path} is missing: {again}"
     if state.table_id != t.table_id:
         return (f"{t.name} was detached and attached again since {path} was synced (changes in between were not "
@@ -331,9 +358,6 @@ def _rows_step(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTab
         return f"another writer changed {path} after pgcdc's last commit ({', '.join(others[:3])}): {again}"
     if found.duplicates:
         return f"pgcdc never writes a key twice, yet Delta holds some more than once: {again}"
-    waiting, _ = pending(conn, state)
-    if waiting:
-        return f"{waiting} change(s) of {t.name} are not synced yet: run `pgcdc ingest`, then verify again"
-    return (f"nothing of {t.name} is pending and no other writer changed {path}: rows written while verify read "
-            f"show as differences, so verify again once writes pause; if they still differ, {again} (and please "
-            "report it)")
+    return (f"no change pgcdc has not applied explains them and no other writer changed {path}: rows were "
+            f"changed where capture did not see them (its triggers disabled, `session_replication_role = "
+            f"replica`, a restore): {again}")

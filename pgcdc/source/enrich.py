@@ -69,6 +69,12 @@ def _decode_key(t: AttachedTable, key: str) -> list[str]:
     return [f"(({key})::text[])[{i + 1}]::{typ}" for i, typ in enumerate(t.key_types)]
 
 
+def decoded_keys(t: AttachedTable, key: str = "u.k") -> str:
+    """A select list turning the queue's text key `key` into the table's typed key columns, each
+    under its column's name."""
+    return ", ".join(f"{expr} as {_ident(k)}" for expr, k in zip(_decode_key(t, key), t.key_columns))
+
+
 KEY_PREFIX = "__pgcdc_key_"  # the batch's keys, beside the row columns (null when the row is gone)
 TXID = "__pgcdc_batch_txid"  # with `txids`: the greatest txid of the batch's events of each key
 INTEGER_KEYS = ("smallint", "integer", "bigint")  # key_types (format_type) of integer keys
@@ -78,7 +84,7 @@ def _batch_keys(t: AttachedTable, batch: Batch, txids: bool = False) -> str:
     """A subquery `k` with the batch's distinct keys (typed key columns); with `txids`, each
     with the greatest txid of its events (TXID)."""
     refs = [_ident(k) for k in t.key_columns]
-    decoded = ", ".join(f"{expr} as {ref}" for expr, ref in zip(_decode_key(t, "u.k"), refs))
+    decoded = decoded_keys(t)
     # Sorted: the join then looks the rows up in key order, near one another in the index
     # (and, for rows inserted in key order, in the heap): 45% less PostgreSQL time for a
     # share of 250k keys than in the hash order of a plain DISTINCT (measured).
