@@ -12,8 +12,10 @@ import time
 import psycopg
 
 from fixtures.ingest import Syncer
+from pgcdc.checks.repair import repair_tables
 from pgcdc.checks.verify import verify
 from pgcdc.source import capture
+from pgcdc.sync.ingest import Job
 
 ROWS = 20_000
 
@@ -70,6 +72,39 @@ def test_verify_under_live_writes_finds_no_difference_on_a_correct_sync_and_name
         assert "50005 (v: PostgreSQL 424242 vs Delta 0)" in result.line() and "99999 (only in PostgreSQL)" in \
             result.line(), result.line()
         assert "changed where capture did not see them" in result.next_step, result.next_step
+
+        # repair, the writer still writing: the three differing rows and a row another tool deleted from Delta
+        with db.transaction():
+            db.execute("set local session_replication_role = replica")
+            db.execute("delete from t where id = 50007")
+        syncer.spark.sql(f"delete from delta.`{syncer.path('public.t')}` where id = 50008")
+        job = Job(syncer.settings(), syncer.spark, syncer.lines.append)
+        [dry] = repair_tables(job, ["public.t"], dry_run=True)
+        assert dry.after is None and dry.queued == 4 and "without --dry-run rewrites them" in dry.line(), dry.line()
+        [done] = repair_tables(job, ["public.t"])
+        assert done.queued == 4 and done.done and done.after is not None and done.after.equal, done.line()
     finally:
         stop.set()
         writer.join()
+    syncer.run()
+    syncer.assert_equal("public.t")
+
+
+def test_repair_turns_every_kind_of_key_back_into_its_row(db: psycopg.Connection, syncer: Syncer) -> None:
+    """A composite key of a date, a timestamp with and without a time zone, text, a numeric and a
+    uuid: verify's canonical key texts, turned back into keys by PostgreSQL, find the rows."""
+    db.execute("create table k (d date, ts timestamptz, tl timestamp, s text, n numeric(8,2), u uuid, v int, "
+               "primary key (d, ts, tl, s, n, u))")
+    db.execute("insert into k select date '2024-02-28' + i, timestamptz '2024-01-01 10:00:00.123456+02' + i * "
+               "interval '1 hour', timestamp '1999-12-31 23:59:59' + i * interval '1 second', 'a''b' || i, "
+               "i / 4.0, md5(i::text)::uuid, 0 from generate_series(1, 200) i")
+    capture.attach(db, "k")
+    syncer.run()
+    with db.transaction():
+        db.execute("set local session_replication_role = replica")
+        db.execute("update k set v = 7 where v = 0 and n < 2")  # 7 rows changed
+        db.execute("delete from k where n between 10 and 10.5")  # 3 rows gone
+    job = Job(syncer.settings(), syncer.spark, syncer.lines.append)
+    [done] = repair_tables(job, ["public.k"])
+    assert done.queued == 10 and done.done, done.line()
+    syncer.assert_equal("public.k")

@@ -49,6 +49,21 @@ def pg_value(expr: str, base: str, precision: int | None, key: bool) -> str:
     return f"({expr})::text"
 
 
+def pg_typed(text: str, base: str, type_sql: str) -> str | None:
+    """SQL turning a key column's canonical text (pg_value's, given as `text`) back into its value
+    of type `type_sql` (format_type), or None where pgcdc does not: a type someone created (its
+    input function is its owner's code)."""
+    if base.startswith("user:"):
+        return None
+    if base == "date":
+        return f"(date '1970-01-01' + ({text})::int4)"
+    if base in ("timestamp", "timestamptz"):
+        return f"({base} 'epoch' + ({text})::int8 * interval '1 microsecond')"
+    if base == "bytea":
+        return f"decode({text}, 'hex')"
+    return f"({text})::{type_sql}"
+
+
 def pg_canon(ref: str, base: str, is_array: bool, precision: int | None, key: bool) -> str:
     if not is_array:
         return pg_value(ref, base, precision, key)

@@ -59,6 +59,7 @@ class Comparison:
     problem: str | None = None
     next_step: str = ""
     in_flight: int = 0  # rows that differ by changes the consumer has not applied yet (not counted above)
+    differing: list[str] = field(default_factory=list)  # the keys of the rows that differ (checks/repair.py)
 
     @property
     def equal(self) -> bool:
@@ -270,7 +271,8 @@ class _Rows:
         examples = [_example(k, names, in_pg.get(k), in_delta.get(k, [None])[0])
                     for k in sorted(set(only_pg) | set(only_delta) | set(twice))[:3]]
         return Comparison(name, path, pg_total, delta_total, len(only_pg), len(only_delta), examples,
-                          duplicates=len(twice), in_flight=len(moving))
+                          duplicates=len(twice), in_flight=len(moving),
+                          differing=sorted(set(only_pg) | set(only_delta) | set(twice)))
 
     def _read_pg(self, conn: "psycopg.Connection", differing: list[int]) -> dict[str, str]:
         found: dict[str, str] = {}
@@ -280,7 +282,7 @@ class _Rows:
         return found
 
 
-def _values(framed: str) -> list[str | None]:
+def framed_values(framed: str) -> list[str | None]:
     """The values _framed joined (`3:abc1:7N` -> abc, 7, None)."""
     values: list[str | None] = []
     rest = framed
@@ -297,10 +299,10 @@ def _values(framed: str) -> list[str | None]:
 
 def _example(key: str, names: list[str], pg: str | None, delta: str | None) -> str:
     """A differing row for people: its key and its first differing column, in canonical form."""
-    shown = "/".join("null" if v is None else v for v in _values(key))
+    shown = "/".join("null" if v is None else v for v in framed_values(key))
     if pg is None or delta is None:
         return f"{shown} (only in {'Delta' if pg is None else 'PostgreSQL'})"
-    column = next(((n, a, b) for n, a, b in zip(names, _values(pg), _values(delta)) if a != b), None)
+    column = next(((n, a, b) for n, a, b in zip(names, framed_values(pg), framed_values(delta)) if a != b), None)
     if column is None:
         return f"{shown} (more than once in Delta)"
     return f"{shown} ({column[0]}: PostgreSQL {str(column[1])[:40]} vs Delta {str(column[2])[:40]})"

@@ -19,6 +19,7 @@ from pgcdc.cli.spark_commands import (
     cmd_compact,
     cmd_demo,
     cmd_ingest,
+    cmd_repair,
     cmd_reset_watermark,
     cmd_resync,
     cmd_submit,
@@ -276,6 +277,10 @@ def _check_commands(add: _Add) -> None:
     p = add("verify", cmd_verify, "compare Delta tables with PostgreSQL row by row (exit 1 if any differs)")
     p.add_argument("tables", nargs="*", metavar="TABLE", help="default: the configured (or all attached) tables")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p = add("repair", cmd_repair, "rewrite only the rows verify finds different (read again from PostgreSQL), "
+            "while the application writes")
+    p.add_argument("tables", nargs="*", metavar="TABLE", help="default: the configured (or all attached) tables")
+    p.add_argument("--dry-run", action="store_true", help="say what differs, queue and write nothing")
     p = add("cut", cmd_cut, "print the newest cut: the Delta version at which each table agrees with the others "
             "as of one snapshot of the database (docs/readers.md)")
     p.add_argument("tables", nargs="*", metavar="TABLE", help="only these (Delta or PostgreSQL names): the newest "

@@ -18,6 +18,7 @@ from pgcdc.spark.session import get_session
 from pgcdc.sync.compact import compact
 from pgcdc.sync.follow import follow
 from pgcdc.sync.runs import preflight, resync, run
+from pgcdc.checks.repair import repair
 from pgcdc.checks.verify import verify
 
 
@@ -85,11 +86,22 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         from dataclasses import asdict
 
-        _print_json([asdict(r) | {"equal": r.equal} for r in results])
+        _print_json([{k: v for k, v in asdict(r).items() if k != "differing"} | {"equal": r.equal} for r in results])
     else:
         for r in results:
             print(r.line())
     return errors.OK if all(r.equal for r in results) else errors.ATTENTION
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    """Rewrite only the rows verify finds different; exit 1 if a table still differs (or, with
+    --dry-run, differs)."""
+    settings = _settings(args)
+    results = repair(settings, args.tables or settings.tables, args.dry_run, say=print)
+    if args.dry_run:
+        print("dry run: nothing queued or written")
+        return errors.OK if all(r.before.equal for r in results) else errors.ATTENTION
+    return errors.OK if all(r.done for r in results) else errors.ATTENTION
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -69,6 +69,13 @@ def _decode_key(t: AttachedTable, key: str) -> list[str]:
     return [f"(({key})::text[])[{i + 1}]::{typ}" for i, typ in enumerate(t.key_types)]
 
 
+def queue_key_sql(key_columns: list[str], alias: str) -> str:
+    """SQL giving a row's key (columns of `alias`) in the queue's text form, as capture writes it
+    (sql/functions/key_expr.sql): the value's text, or a text[] of them for a composite key."""
+    texts = [f"pg_catalog.format('%s', {alias}.{_ident(c)})" for c in key_columns]
+    return texts[0] if len(texts) == 1 else f"pg_catalog.format('%s', array[{', '.join(texts)}])"
+
+
 def decoded_keys(t: AttachedTable, key: str = "u.k") -> str:
     """A select list turning the queue's text key `key` into the table's typed key columns, each
     under its column's name."""

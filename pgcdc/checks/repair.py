@@ -1,0 +1,137 @@
+"""`pgcdc repair`: rewrite only the rows that differ. Verify (checks/verify.py) finds them, while
+the application writes, apart from those still on their way; their keys go into the queue as
+changes (U events, as capture's), and the table's sync applies them at once: each key's row read
+again from PostgreSQL, written where it differs, deleted where PostgreSQL no longer has it. Work
+grows with the rows that differ, not with the table.
+
+Why it is exact under live writes: a queued key is a change like any other; the batch that
+applies it reads the row as it is when it reads (a later change is a later event), so a key
+queued twice, or one the application changes meanwhile, still lands as PostgreSQL holds it. The
+table's lease is held from the comparison to the end, so no other worker applies it meanwhile.
+A kill after the keys are queued leaves them in the queue: the next run applies them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from pgcdc.checks import canon
+from pgcdc.checks.verify import Comparison, compare, framed_values
+from pgcdc.errors import TargetError
+from pgcdc.lake.state import load_state
+from pgcdc.source import consumers
+from pgcdc.source.capture import AttachedTable
+from pgcdc.source.enrich import queue_key_sql
+from pgcdc.source.sessions import RunSource
+from pgcdc.settings import Settings
+from pgcdc.spark.session import get_session
+from pgcdc.sync.ingest import Job
+from pgcdc.sync.runs import preflight
+from pgcdc.sync.plan import table_path
+from pgcdc.watermark import state_key
+
+LEASE_WAIT = 120.0  # seconds repair waits for another worker to finish a table
+CHUNK = 10_000  # keys a queued event holds (capture's chunk)
+
+
+@dataclass(frozen=True)
+class Repair:
+    """What repair found and did for one table: the comparison before, the keys it queued and
+    applied (none with `dry_run`), and the comparison after (None if nothing was queued)."""
+
+    table: str
+    before: Comparison
+    queued: int
+    after: Comparison | None = None
+
+    @property
+    def done(self) -> bool:
+        """The table is equal now (or was), or nothing could be done (a problem verify names)."""
+        return (self.after or self.before).equal
+
+    def line(self) -> str:
+        if self.before.equal:
+            return f"{self.table}: nothing to repair ({self.before.line().split(': ', 1)[1]})"
+        if self.before.problem is not None or self.before.columns is not None:
+            return f"{self.before.line()} (repair rewrites rows, not this)"
+        if self.after is None:
+            return (f"{self.table}: {self.queued} rows differ ({self.before.line().split(': ', 1)[1]}); "
+                    "`pgcdc repair` without --dry-run rewrites them")
+        return f"{self.table}: {self.queued} differing rows read again and rewritten; now {self.after.line()}"
+
+
+def repair(settings: Settings, names: list[str], dry_run: bool = False,
+           say: Callable[[str], None] | None = None) -> list[Repair]:
+    """`pgcdc repair`: repair_tables in a local Spark session, once the settings are checked."""
+    preflight(settings, names)
+    return repair_tables(Job(settings, get_session(settings.spark, target_root=settings.target.root), say), names,
+                         dry_run)
+
+
+def repair_tables(job: Job, names: list[str], dry_run: bool = False) -> list[Repair]:
+    """Repair each table (verify, then the differing rows' keys queued and applied), each under its lease."""
+    consumer, done = job.settings.consumer, []
+    with job.source(names) as src:
+        for t in src.tables:
+            consumers.lease_waiting(src.primary, consumer, t.table_id, t.name, LEASE_WAIT)
+            try:
+                done.append(_repair(job, src, t, dry_run))
+            finally:
+                if not src.primary.broken:
+                    consumers.unlease(src.primary, consumer, [t.table_id])
+            job.say(done[-1].line())
+    return done
+
+
+def _repair(job: Job, src: RunSource, t: AttachedTable, dry_run: bool) -> Repair:
+    """One table's repair, its lease held."""
+    s = job.settings
+    path = table_path(src.primary, s.consumer, t, s.target.root)[0]
+    state = load_state(job.spark, path, state_key(s.consumer, t.fan_in_shard), repair=False)
+    if state is None:
+        raise TargetError(f"consumer {s.consumer} has not synced {t.name} yet (no state in {path}): run `pgcdc "
+                          "ingest`, whose first run copies it")
+    before = compare(job.spark, src.reader, t, path, state)
+    if before.equal or before.problem is not None or before.columns is not None or dry_run:
+        return Repair(t.name, before, len(before.differing))
+    queued = queue_differing(src.primary, t, before.differing)
+    job.sync_table(src, t)
+    state = load_state(job.spark, path, state_key(s.consumer, t.fan_in_shard), repair=False)
+    return Repair(t.name, before, queued, compare(job.spark, src.reader, t, path, state))
+
+
+def queue_differing(conn: psycopg.Connection, t: AttachedTable, keys: list[str]) -> int:
+    """Queue verify's differing keys (canonical texts) as U events of the table, in one
+    transaction: PostgreSQL turns each back into its typed key and then into the queue's text.
+    Needs the right to insert into the queue (an admin role's, `pgcdc grant ROLE --admin`)."""
+    columns = {name: (base, typ) for name, base, _, _ in canon.pg_columns(conn, t.name)
+               for k, typ in zip(t.key_columns, t.key_types) if k == name}
+    typed = []
+    for i, k in enumerate(t.key_columns):
+        base, typ = columns[k]
+        expr = canon.pg_typed(f"u.c{i}", base, typ)
+        if expr is None:
+            raise TargetError(f"repair cannot turn {t.name}'s key column {k} ({typ}, a type someone created) back into "
+                              f"its values: run `pgcdc resync {t.name}`")
+        typed.append(f"{expr} as {sql.Identifier(k).as_string(None)}")
+    arrays = [[framed_values(key)[i] for key in keys] for i in range(len(t.key_columns))]
+    unnest = ", ".join("%s::text[]" for _ in arrays)
+    names = ", ".join(f"c{i}" for i in range(len(arrays)))
+    queued = queue_key_sql(t.key_columns, "s").replace("%", "%%")  # (the query has parameters)
+    try:
+        with conn.transaction():
+            conn.execute(
+                f"insert into pgcdc.commit_queue (txid, slot, table_id, op, shard, keys) "
+                f"select pg_current_xact_id(), pgcdc._slot(pg_current_xact_id()), %s, 'U', %s, array_agg(k.k) "
+                f"from (select {queued} as k, (row_number() over () - 1) / {CHUNK} as g "
+                f"from (select {', '.join(typed)} from unnest({unnest}) u({names})) s) k group by k.g",
+                (t.table_id, t.shard, *arrays))
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise TargetError(f"repair queues the differing keys of {t.name} as changes, which needs an admin role "
+                          f"({exc.diag.message_primary}): run it as the role that installed pgcdc, or one made by "
+                          "`pgcdc grant ROLE --admin`") from None
+    return len(keys)
