@@ -357,9 +357,10 @@ def _rows_step(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTab
     others = tablelog.writes_since(spark, path, app_id(state.key),
                                    siblings=app_id(consumer) + "@" if t.into is not None else "")  # (state_key's)
     if others:
-        return f"another writer changed {path} after pgcdc's last commit ({', '.join(others[:3])}): {again}"
+        return (f"another writer changed {path} after pgcdc's last commit ({', '.join(others[:3])}): `pgcdc repair "
+                f"{t.name}` rewrites the rows that differ ({again})")
     if found.duplicates:
         return f"pgcdc never writes a key twice, yet Delta holds some more than once: {again}"
     return (f"no change pgcdc has not applied explains them and no other writer changed {path}: rows were "
             f"changed where capture did not see them (its triggers disabled, `session_replication_role = "
-            f"replica`, a restore): {again}")
+            f"replica`, a restore): `pgcdc repair {t.name}` rewrites the rows that differ ({again})")
