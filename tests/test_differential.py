@@ -17,7 +17,9 @@ read at its versions and checked). Seeds drawing a history add a column to a tab
 it again between runs (fixtures/column_events.py); seeds drawing column choices attach a schema
 whole leaving a column out, which tables get and bring later; the fan-in schedule narrows the
 consumer's tables to leave a tenant out now and then (every cut holding the fan-in must hold
-every tenant). The bounded schedules
+every tenant); seeds drawing a bypass change rows of `ints` behind capture between runs
+(`session_replication_role = replica`), and `pgcdc verify` must name those rows and no other
+while the writers write, and `pgcdc repair` must rewrite them (fixtures/bypass_events.py). The bounded schedules
 play few ingest runs, at most one of them in a process of its own (a JVM start is ~15 s of CI
 time); soaks play more, any way. To soak:
 

@@ -95,6 +95,9 @@ def _repair(job: Job, src: RunSource, t: AttachedTable, dry_run: bool) -> Repair
     if state is None:
         raise TargetError(f"consumer {s.consumer} has not synced {t.name} yet (no state in {path}): run `pgcdc "
                           "ingest`, whose first run copies it")
+    if state.copy is not None:
+        raise TargetError(f"a copy of {t.name} in chunks is under way: run `pgcdc ingest`, which finishes it, then "
+                          "repair")
     before = compare(job.spark, src.reader, t, path, state)
     if before.equal or before.problem is not None or before.columns is not None or dry_run:
         return Repair(t.name, before, len(before.differing))
