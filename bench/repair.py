@@ -1,0 +1,71 @@
+"""Verify and repair against a copy, in one run (not a test; never fails on timing).
+
+    python -m bench.repair [--rows 5000000] [--differ 10]
+
+On a throwaway PostgreSQL and local Spark: a table of --rows rows synced once (the fast engine,
+local Delta); --differ rows changed behind capture (session_replication_role = replica). Then,
+timed one after another: `pgcdc verify` of the table (it names the rows), `pgcdc repair` (a
+verify, the rows' keys queued and applied, a verify again), `pgcdc repair` once more on the
+equal table (a verify alone), and a copy of the table in chunks (`resync`). Goal (issue): a
+repair of 10 rows <= 0.05x the copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import psycopg
+
+from bench.common import local_job, throwaway
+from pgcdc.checks.repair import repair_tables
+from pgcdc.checks.verify import verify
+from pgcdc.source import capture
+from pgcdc.sync.runs import resync_tables, run_job
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=5_000_000)
+    ap.add_argument("--differ", type=int, default=10, help="rows changed behind capture")
+    args = ap.parse_args()
+    with throwaway("repair", settings={"shared_buffers": "1GB", "max_wal_size": "8GB"}) as (pg, work):
+        with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+            capture.install(conn)
+            print(f"loading {args.rows:,} rows ...", flush=True)
+            conn.execute("create table t (id bigint primary key, v int not null, s text)")
+            conn.execute(f"insert into t select i, i % 1000, md5(i::text) from generate_series(1, {args.rows}) i")
+            conn.execute("vacuum analyze t")
+            capture.attach(conn, "t")
+            job = local_job(pg.dsn(), work)
+            run_job(job)
+            every = max(1, args.rows // args.differ)
+            with conn.transaction():
+                conn.execute("set local session_replication_role = replica")
+                conn.execute(f"update t set v = -1 where id in (select generate_series(1, {args.rows}, {every}))")
+            tables = [t for t in capture.list_attached(conn) if t.name == "public.t"]
+            root = job.settings.target.root
+
+            def timed(label: str, work_: object) -> float:
+                began = time.perf_counter()
+                out = work_() if callable(work_) else None
+                seconds = time.perf_counter() - began
+                line = out[0].line() if isinstance(out, list) and out else ""
+                print(f"  {label:45s} {seconds:7.2f}s  {line[:110]}", flush=True)
+                return seconds
+
+            print("\nverify, repair, repair of an equal table, then a copy in chunks", flush=True)
+            seconds = {
+                "verify": timed("verify (finds the rows)", lambda: verify(job.spark, conn, root, tables, "bench")),
+                "repair": timed(f"repair of {args.differ} rows", lambda: repair_tables(job, ["public.t"])),
+                "idle": timed("repair of the equal table (a verify)", lambda: repair_tables(job, ["public.t"])),
+                "copy": timed("a copy of the table in chunks (resync)", lambda: resync_tables(job, ["public.t"])),
+            }
+        copy = seconds["copy"]
+        print(f"\nresults ({args.rows:,} rows, {args.differ} differing):")
+        for name in ("verify", "repair", "idle"):
+            print(f"  {name:8s} {seconds[name]:7.2f}s  {seconds[name] / copy:5.2f}x a copy ({copy:.2f}s)")
+
+
+if __name__ == "__main__":
+    main()
