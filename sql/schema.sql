@@ -255,3 +255,7 @@ alter table pgcdc.attached add column if not exists column_names text[];
 -- generated (pgcdc._partition_bounds): a partition truncated or dropped queues a T event that
 -- carries it, and consumers replace that partition's rows alone.
 alter table pgcdc.attached add column if not exists bounds jsonb;
+
+-- Capture that also fires under session_replication_role = replica (`pgcdc attach --on-subscriber`):
+-- a table fed by a logical replication subscription, whose apply worker writes so.
+alter table pgcdc.attached add column if not exists on_subscriber boolean not null default false;

@@ -12,10 +12,9 @@ import time
 import psycopg
 
 from fixtures.ingest import Syncer
-from pgcdc.checks.repair import repair_tables
+from pgcdc.checks.repair import repair
 from pgcdc.checks.verify import verify
 from pgcdc.source import capture
-from pgcdc.sync.ingest import Job
 
 ROWS = 20_000
 
@@ -78,10 +77,9 @@ def test_verify_under_live_writes_finds_no_difference_on_a_correct_sync_and_name
             db.execute("set local session_replication_role = replica")
             db.execute("delete from t where id = 50007")
         syncer.spark.sql(f"delete from delta.`{syncer.path('public.t')}` where id = 50008")
-        job = Job(syncer.settings(), syncer.spark, syncer.lines.append)
-        [dry] = repair_tables(job, ["public.t"], dry_run=True)
+        [dry] = repair(syncer.settings(), ["public.t"], True, syncer.lines.append, syncer.spark)
         assert dry.after is None and dry.queued == 4 and "without --dry-run rewrites them" in dry.line(), dry.line()
-        [done] = repair_tables(job, ["public.t"])
+        [done] = repair(syncer.settings(), ["public.t"], False, syncer.lines.append, syncer.spark)
         assert done.queued == 4 and done.done and done.after is not None and done.after.equal, done.line()
     finally:
         stop.set()
@@ -104,7 +102,6 @@ def test_repair_turns_every_kind_of_key_back_into_its_row(db: psycopg.Connection
         db.execute("set local session_replication_role = replica")
         db.execute("update k set v = 7 where v = 0 and n < 2")  # 7 rows changed
         db.execute("delete from k where n between 10 and 10.5")  # 3 rows gone
-    job = Job(syncer.settings(), syncer.spark, syncer.lines.append)
-    [done] = repair_tables(job, ["public.k"])
+    [done] = repair(syncer.settings(), ["public.k"], False, syncer.lines.append, syncer.spark)
     assert done.queued == 10 and done.done, done.line()
     syncer.assert_equal("public.k")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psycopg
 from psycopg import sql
@@ -23,18 +24,19 @@ from pgcdc.checks import canon
 from pgcdc.checks.verify import Comparison, compare, framed_values
 from pgcdc.errors import TargetError
 from pgcdc.lake.state import load_state
-from pgcdc.source import consumers
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.enrich import queue_key_sql
 from pgcdc.source.sessions import RunSource
 from pgcdc.settings import Settings
 from pgcdc.spark.session import get_session
 from pgcdc.sync.ingest import Job
-from pgcdc.sync.runs import preflight
+from pgcdc.sync.runs import leased_tables, preflight
 from pgcdc.sync.plan import table_path
 from pgcdc.watermark import state_key
 
-LEASE_WAIT = 120.0  # seconds repair waits for another worker to finish a table
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 CHUNK = 10_000  # keys a queued event holds (capture's chunk)
 
 
@@ -64,47 +66,42 @@ class Repair:
         return f"{self.table}: {self.queued} differing rows read again and rewritten; now {self.after.line()}"
 
 
-def repair(settings: Settings, names: list[str], dry_run: bool = False,
-           say: Callable[[str], None] | None = None) -> list[Repair]:
-    """`pgcdc repair`: repair_tables in a local Spark session, once the settings are checked."""
-    preflight(settings, names)
-    return repair_tables(Job(settings, get_session(settings.spark, target_root=settings.target.root), say), names,
-                         dry_run)
+def repair(settings: Settings, names: list[str], dry_run: bool = False, say: Callable[[str], None] | None = None,
+           spark: "SparkSession | None" = None) -> list[Repair]:
+    """Repair each table (verify, then the differing rows' keys queued and applied), each under its
+    lease (runs.leased_tables); in a local Spark session unless given one, once the settings are
+    checked."""
+    if spark is None:
+        preflight(settings, names)
+        spark = get_session(settings.spark, target_root=settings.target.root)
+    job = Job(settings, spark, say)
+
+    def one(src: RunSource, t: AttachedTable, sync: Callable[[], object]) -> Repair:
+        done = _repair(spark, settings, src, t, sync, dry_run)
+        (say or print)(done.line())
+        return done
+    return leased_tables(job, names, one)
 
 
-def repair_tables(job: Job, names: list[str], dry_run: bool = False) -> list[Repair]:
-    """Repair each table (verify, then the differing rows' keys queued and applied), each under its lease."""
-    consumer, done = job.settings.consumer, []
-    with job.source(names) as src:
-        for t in src.tables:
-            consumers.lease_waiting(src.primary, consumer, t.table_id, t.name, LEASE_WAIT)
-            try:
-                done.append(_repair(job, src, t, dry_run))
-            finally:
-                if not src.primary.broken:
-                    consumers.unlease(src.primary, consumer, [t.table_id])
-            job.say(done[-1].line())
-    return done
-
-
-def _repair(job: Job, src: RunSource, t: AttachedTable, dry_run: bool) -> Repair:
-    """One table's repair, its lease held."""
-    s = job.settings
-    path = table_path(src.primary, s.consumer, t, s.target.root)[0]
-    state = load_state(job.spark, path, state_key(s.consumer, t.fan_in_shard), repair=False)
+def _repair(spark: "SparkSession", settings: Settings, src: RunSource, t: AttachedTable, sync: Callable[[], object],
+            dry_run: bool) -> Repair:
+    """One table's repair, its lease held: `sync` runs its sync. (Six parameters: the run's
+    session and settings, the table's source, and what to do.)"""
+    path = table_path(src.primary, settings.consumer, t, settings.target.root)[0]
+    key = state_key(settings.consumer, t.fan_in_shard)
+    state = load_state(spark, path, key, repair=False)
     if state is None:
-        raise TargetError(f"consumer {s.consumer} has not synced {t.name} yet (no state in {path}): run `pgcdc "
+        raise TargetError(f"consumer {settings.consumer} has not synced {t.name} yet (no state in {path}): run `pgcdc "
                           "ingest`, whose first run copies it")
     if state.copy is not None:
         raise TargetError(f"a copy of {t.name} in chunks is under way: run `pgcdc ingest`, which finishes it, then "
                           "repair")
-    before = compare(job.spark, src.reader, t, path, state)
+    before = compare(spark, src.reader, t, path, state)
     if before.equal or before.problem is not None or before.columns is not None or dry_run:
         return Repair(t.name, before, len(before.differing))
     queued = queue_differing(src.primary, t, before.differing)
-    job.sync_table(src, t)
-    state = load_state(job.spark, path, state_key(s.consumer, t.fan_in_shard), repair=False)
-    return Repair(t.name, before, queued, compare(job.spark, src.reader, t, path, state))
+    sync()
+    return Repair(t.name, before, queued, compare(spark, src.reader, t, path, load_state(spark, path, key, repair=False)))
 
 
 def queue_differing(conn: psycopg.Connection, t: AttachedTable, keys: list[str]) -> int:

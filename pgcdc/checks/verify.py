@@ -322,7 +322,7 @@ def verify(spark: "SparkSession", conn: "psycopg.Connection", root: str,
             continue
         found = compare(spark, conn, t, path, state if isinstance(state, ConsumerState) else None)
         if not found.equal and not found.next_step:
-            found = replace(found, next_step=_rows_step(spark, conn, t, path, consumer, found, state))
+            found = replace(found, next_step=_rows_step(spark, t, path, consumer, found, state))
         results.append(found)
         kept = history.history_path(path)
         if target.is_delta(spark, kept):  # its history's current rows too (docs/history.md)
@@ -346,10 +346,10 @@ def _state(spark: "SparkSession", path: str, consumer: str | None, t: AttachedTa
     return state if state is not None else f"consumer {consumer} has no state in {path}"
 
 
-def _rows_step(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable, path: str,
-               consumer: str | None, found: Comparison, state: ConsumerState | str | None) -> str:
-    """What to do about rows that differ, from what the consumer's state, the queue and the
-    table's log say of why."""
+def _rows_step(spark: "SparkSession", t: AttachedTable, path: str, consumer: str | None, found: Comparison,
+               state: ConsumerState | str | None) -> str:
+    """What to do about rows that differ, from what the consumer's state and the table's log say of
+    why (the queue's part, changes not synced yet, verify counted apart already)."""
     again = f"`pgcdc resync {t.name}` writes it again from PostgreSQL"
     if consumer is None:
         return f"re-run `pgcdc ingest` once writes pause and verify again; if they still differ, {again}"

@@ -54,17 +54,20 @@ def cmd_attach(args: argparse.Namespace) -> int:
         raise ConfigError("name a table or --schema SCHEMA (not both): `pgcdc attach app.orders`, "
                           "`pgcdc attach --schema app`")
     if args.schema:
-        if args.key or args.where or args.shard is not None or args.into or args.delta_partition_by or args.columns:
-            raise ConfigError("--key, --where, --shard, --into, --delta-partition-by and --columns apply to one table; "
+        if args.key or args.where or args.shard is not None or args.into or args.delta_partition_by or args.columns \
+                or args.on_subscriber:
+            raise ConfigError("--key, --where, --shard, --into, --delta-partition-by, --columns and --on-subscriber "
+                              "apply to one table; "
                               "attach such a table on its own (--exclude-columns applies to every table of a schema)")
         return _attach_schemas(args)
     with _source(args) as conn:
         t = capture.attach(conn, args.table, key=_names(args.key), predicate=args.where, shard=args.shard,
                            into=args.into, delta_partition_by=args.delta_partition_by, columns=_names(args.columns),
-                           exclude_columns=_names(args.exclude_columns))
+                           exclude_columns=_names(args.exclude_columns), on_subscriber=args.on_subscriber)
     extra = "".join([f", where {t.predicate}" if t.predicate else "", f", shard {t.shard}" if t.shard is not None else "",
                      f", Delta table partitioned by {t.delta_partition_by}" if t.delta_partition_by else "",
-                     f", {t.choice} (no other column is read)" if t.column_mode else ""])
+                     f", {t.choice} (no other column is read)" if t.column_mode else "",
+                     ", captured under session_replication_role = replica too" if args.on_subscriber else ""])
     print(f"attached {t.name} (key {', '.join(t.key_columns)}{extra}); its changes are now captured")
     if t.into is not None:
         print(f"its rows land in {t.into} with {shards.SHARD} = {t.shard}, beside that fan-in's other sources")

@@ -15,7 +15,7 @@ import psycopg
 
 from pgcdc.errors import SchemaError, TableError, TargetError
 
-SCHEMA_VERSION = 15  # bump with every change to sql/; install upgrades older schemas in place
+SCHEMA_VERSION = 16  # bump with every change to sql/; install upgrades older schemas in place
 LOCK_TIMEOUT = "5s"  # how long install/attach/detach wait for a lock before they give up, naming its holder
 
 
@@ -288,11 +288,13 @@ def _table_error(exc: psycopg.Error) -> TableError:
 def attach(conn: psycopg.Connection, table: str, key: list[str] | None = None,
            predicate: str | None = None, shard: int | None = None, into: str | None = None,
            delta_partition_by: str | None = None, columns: list[str] | None = None,
-           exclude_columns: list[str] | None = None) -> AttachedTable:
+           exclude_columns: list[str] | None = None, on_subscriber: bool = False) -> AttachedTable:
     """Start capturing `table` (idempotent: re-attaching updates the options); with `into`, as
     shard `shard` of that fan-in (docs/fan-in.md); `delta_partition_by`: a column its Delta table is
-    partitioned by; `columns` / `exclude_columns`: the columns its sync reads (docs/columns.md).
-    (Its options are `pgcdc attach`'s and the SQL function pgcdc.attach's, one to one.)"""
+    partitioned by; `columns` / `exclude_columns`: the columns its sync reads (docs/columns.md);
+    `on_subscriber`: capture fires under session_replication_role = replica too (a table a
+    logical replication subscription writes). (Its options are `pgcdc attach`'s and those of the
+    SQL functions pgcdc.attach and pgcdc.on_subscriber, one to one.)"""
     require_schema(conn)
     name = resolve_table(conn, table)
     try:
@@ -300,6 +302,7 @@ def attach(conn: psycopg.Connection, table: str, key: list[str] | None = None,
             _lock(conn)
             conn.execute("select pgcdc.attach(%s::regclass, %s, %s, %s, %s, %s, %s, %s)",
                          (name, key, predicate, shard, into, delta_partition_by, columns, exclude_columns))
+            conn.execute("select pgcdc.on_subscriber(%s::regclass, %s)", (name, on_subscriber))
     except psycopg.errors.LockNotAvailable:
         raise _timed_out(conn, f"attach {name}", [name]) from None
     except psycopg.Error as exc:

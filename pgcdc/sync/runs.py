@@ -11,7 +11,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import psycopg
 
@@ -85,20 +85,31 @@ def run_job(job: Job) -> list[TableReport]:
 def resync_tables(job: Job, names: list[str], restored: bool = False) -> list[TableReport]:
     """Copy the given tables again from scratch (after a detach/attach, a restore or a schema
     change); `restored`: after a restore, which first clears a queue restored from another database."""
+    return leased_tables(job, names, lambda src, t, sync: job.resync_table(src, t), restored)
+
+
+T = TypeVar("T")
+
+
+def leased_tables(job: Job, names: list[str], work: "Callable[[RunSource, AttachedTable, Callable[[], TableReport]], T]",
+                  restored: bool = False) -> list[T]:
+    """`work(src, t, sync)` for each of the tables, one at a time, each under its lease (no other
+    worker applies it meanwhile; a restore's holds the whole consumer): `sync()` runs the table's
+    sync (Job.sync_table), for a command built on the run that needs it (checks/repair.py)."""
     consumer = job.settings.consumer
     with job.source(names, restored) as src:
-        primary, reports = src.primary, []
+        primary, done = src.primary, []
         for t in src.tables:
             if job.stopping():
                 break
             if not restored:  # (a restore's resync holds the whole consumer)
                 consumers.lease_waiting(primary, consumer, t.table_id, t.name, LEASE_WAIT)
             try:
-                reports.append(job.resync_table(src, t))
+                done.append(work(src, t, lambda: job.sync_table(src, t)))  # noqa: B023 (called at once)
             finally:
                 if not restored and not primary.broken:
                     consumers.unlease(primary, consumer, [t.table_id])
-        return reports
+        return done
 
 
 def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[TableReport], dict[str, Exception]]:

@@ -20,7 +20,7 @@ begin
              union select distinct g.tgrelid::regclass from pg_trigger g where g.tgfoid = fn
     loop
         foreach t in array array['pgcdc_capture_ins', 'pgcdc_capture_upd', 'pgcdc_capture_pk',
-                                 'pgcdc_capture_del', 'pgcdc_capture_trunc'] loop
+                                 'pgcdc_capture_del', 'pgcdc_capture_trunc', 'pgcdc_capture_row'] loop
             execute format('drop trigger if exists %I on %s', t, r);
         end loop;
     end loop;

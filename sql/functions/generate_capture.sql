@@ -53,6 +53,7 @@ declare
     v_mine text;
     v_both boolean;
     v_truncated text := 'null';
+    v_row text := '';
 begin
     update pgcdc.attached t
        set shape = pgcdc._shape(t.relid),
@@ -131,6 +132,32 @@ begin
           from jsonb_each(a.bounds) b;
     end if;
 
+    -- on a subscriber (pgcdc.on_subscriber): the row trigger's events, one key a row
+    if a.on_subscriber then
+        if a.members is not null then
+            raise exception using errcode = 'PC008',
+                message = format('%s is partitioned: capture on a subscriber is for plain tables', a.relid),
+                hint = 'attach it without --on-subscriber';
+        end if;
+        v_row := format($r$
+    if tg_name operator(pg_catalog.=) 'pgcdc_capture_row' then  -- a subscription's apply worker (a replica)
+        if tg_op operator(pg_catalog.<>) 'INSERT' and (%1$s) then
+            insert into pgcdc.commit_queue (txid, slot, table_id, op, shard, keys)
+            values (pg_catalog.pg_current_xact_id(), %3$s, %4$s, pg_catalog.left(tg_op, 1), %5$s, array[%6$s]);
+        end if;
+        if tg_op operator(pg_catalog.<>) 'DELETE' and (%2$s) then
+            insert into pgcdc.commit_queue (txid, slot, table_id, op, shard, keys)
+            values (pg_catalog.pg_current_xact_id(), %3$s, %4$s, pg_catalog.left(tg_op, 1), %5$s, array[%7$s]);
+        end if;
+        return null;
+    end if;$r$,
+            case when a.predicate is null then 'true'
+                 else format('exists (select from (select old.*) pgcdc_r where (%s))', a.predicate) end,
+            case when a.predicate is null then 'true'
+                 else format('exists (select from (select new.*) pgcdc_r where (%s))', a.predicate) end,
+            v_slot, a.table_id, v_shard, key_old, pgcdc._key_expr(a.key_columns, 'new'));
+    end if;
+
     -- the tables it may fire for: the table, or every table of its partition tree
     v_mine := case when a.members is null then format('tg_relid operator(pg_catalog.<>) %s::pg_catalog.oid', a.relid::oid)
                    else format('not tg_relid operator(pg_catalog.=) any (%L::pg_catalog.oid[])', a.members) end;
@@ -169,6 +196,7 @@ begin
             hint = 'run `pgcdc attach TABLE` so capture follows the table again';
         return null;
     end if;
+%15$s
     if tg_level operator(pg_catalog.=) 'ROW' then  -- fired only when an UPDATE changes the key: record the old key
         pgcdc_key := array[%8$s];
         insert into pgcdc.commit_queue (txid, slot, table_id, op, shard, keys)
@@ -188,7 +216,7 @@ $body$, a.table_id, a.relid::text, v_mine, format(v_t, v_truncated), fits,
         format('a column of %s was renamed or dropped', fit_names), key_old, v_slot, v_shard,
         format(ins_tpl, 'I', keys_ins), format(ins_tpl, 'U', keys_upd), format(ins_tpl, 'D', keys_del),
         format(v_t, format('pg_catalog.jsonb_build_object(''capture_error'', %L)',
-                           'its capture code was made for another table (a restore from a dump?)')));
+                           'its capture code was made for another table (a restore from a dump?)')), v_row);
     -- a dollar tag that does not occur in the body (names and predicates may hold any text)
     while position('$' || tag || '$' in body) > 0 loop
         tag := tag || '_';
@@ -219,6 +247,15 @@ $body$, a.table_id, a.relid::text, v_mine, format(v_t, v_truncated), fits,
                        'for each statement execute function %s()', v_member, fname);
         execute format('create trigger pgcdc_capture_trunc after truncate on %s '
                        'for each statement execute function %s()', v_member, fname);
+        if a.on_subscriber then
+            -- a subscription's apply worker writes as a replica and fires row-level triggers alone:
+            -- a row trigger that fires only then (ENABLE REPLICA: never beside the statement
+            -- triggers, which fire only for the origin's writes), and the truncate trigger always
+            execute format('create trigger pgcdc_capture_row after insert or update or delete on %s '
+                           'for each row execute function %s()', v_member, fname);
+            execute format('alter table %s enable replica trigger pgcdc_capture_row', v_member);
+            execute format('alter table %s enable always trigger pgcdc_capture_trunc', v_member);
+        end if;
     end loop;
 end
 $fn$;
