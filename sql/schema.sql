@@ -259,3 +259,8 @@ alter table pgcdc.attached add column if not exists bounds jsonb;
 -- Capture that also fires under session_replication_role = replica (`pgcdc attach --on-subscriber`):
 -- a table fed by a logical replication subscription, whose apply worker writes so.
 alter table pgcdc.attached add column if not exists on_subscriber boolean not null default false;
+
+-- A schema attached whole with --follow-new: a table created there later (or a partition
+-- detached into it) is attached by itself (pgcdc.follow_new), from the DDL event trigger or the
+-- next run.
+alter table pgcdc.attached_schema add column if not exists follow boolean not null default false;

@@ -82,7 +82,7 @@ $predicates$;
 
 -- schema v12 added column choices (sql/functions/kept.sql, choose_columns.sql): readers call pgcdc._kept and
 -- pgcdc.kept_columns to learn the columns a table's sync reads; v14 pgcdc._columns_are, which every
--- read of an attached table's rows calls; as pgcdc.grant grants
+-- read of an attached table's rows calls; v17 pgcdc.follow_new, which each run calls; as pgcdc.grant grants
 do $columns$
 declare
     r regrole;
@@ -91,7 +91,8 @@ begin
               where g.kind = 'reader' and to_regrole(g.role_name) is not null loop
         execute format('grant execute on function pgcdc._kept(text, int2[], text[], int2[], int2, name), '
                        'pgcdc.kept_columns(regclass), pgcdc._kept_names(regclass, text, int2[], text[], int2[]), '
-                       'pgcdc._columns_are(int, text[]) to %s', r);
+                       'pgcdc._columns_are(int, text[]), pgcdc.follow_new(oid[]) to %s', r);
     end loop;
 end
 $columns$;
+

@@ -139,3 +139,42 @@ def test_a_table_dropped_while_its_schema_is_attached_is_passed_over_and_the_sch
     done = schemas.attach_schema(db, "app", exclude_columns=["ssn"])
     assert [t.name for t in done.attached] == ["app.b"] and done.refused == [] and done.left_out == ["ssn"]
     assert db.execute("select exclude_columns from pgcdc.attached_schema").fetchall() == [(["ssn"],)]
+
+
+@pytest.mark.parametrize("guard", ["event trigger", "no event trigger"])
+def test_a_followed_schema_attaches_new_tables_by_itself(db: psycopg.Connection, syncer: Syncer, guard: str) -> None:
+    """`attach --schema app --follow-new`: a table created there later lands without a command
+    (in its CREATE TABLE's transaction with the event trigger, at the next run without it), a
+    column the schema leaves out stays out, a table without a primary key is named by status until
+    one is added, and a partition detached into the schema becomes a table of its own."""
+    from fixtures.ingest import disable_event_triggers
+    from pgcdc.source import schemas
+
+    db.execute("create schema app; create table app.a (id int primary key, v text, ssn text)")
+    db.execute("create table app.p (id int, d int, primary key (id, d)) partition by list (d); "
+               "create table app.p1 partition of app.p for values in (1); "
+               "insert into app.p select i, 1 from generate_series(1, 5) i")
+    if guard == "no event trigger":
+        disable_event_triggers(db)
+    done = schemas.attach_schema(db, "app", exclude_columns=["ssn"], follow_new=True)
+    assert {t.name for t in done.attached} == {"app.a", "app.p"}
+    syncer.run()
+    db.execute("create table app.b (id int primary key, v text, ssn text)")
+    db.execute("insert into app.b select i, 'b' || i, 'secret' from generate_series(1, 20) i")
+    db.execute("create table app.nopk (v text)")
+    if guard == "event trigger":  # attached in its CREATE TABLE's transaction
+        assert "app.b" in {t.name for t in capture.list_attached(db)}
+    syncer.run()
+    assert sorted(r["id"] for r in syncer.delta("app.b").collect()) == list(range(1, 21))
+    assert "ssn" not in syncer.delta("app.b").columns
+    problems = [p for p in status_data(db)["problems"] if "not captured" in p]
+    assert len(problems) == 1 and "app.nopk" in problems[0] and "run `pgcdc attach app.nopk` to see why" in \
+        problems[0], problems
+    db.execute("alter table app.nopk add column id int generated always as identity primary key")
+    db.execute("insert into app.nopk (v) values ('x')")
+    syncer.run()
+    assert syncer.delta("app.nopk").count() == 1
+    assert not [p for p in status_data(db)["problems"] if "not captured" in p]
+    db.execute("alter table app.p detach partition app.p1")
+    syncer.run()
+    assert syncer.delta("app.p1").count() == 5 and syncer.delta("app.p").count() == 0

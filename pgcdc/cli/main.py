@@ -232,6 +232,8 @@ def _source_commands(add: _Add) -> None:
                    "later lands; with --schema, left out of every table that has them")
     p.add_argument("--delta-partition-by", metavar="COLUMN", help="partition the table's Delta table by this column "
                    "(readers filtering on it skip the rest; such a table is applied by the merge engine)")
+    p.add_argument("--follow-new", action="store_true", help="with --schema: a table created there later (or a "
+                   "partition detached into it) is attached by itself, by the DDL event trigger or the next run")
     p.add_argument("--on-subscriber", action="store_true", help="capture also fires under session_replication_role "
                    "= replica: for a table a logical replication subscription writes (its apply worker runs so)")
     p = add("grant", cmd_grant, "grant a role what a pgcdc reader (ingest, status, verify) or admin needs")

@@ -53,6 +53,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
     if bool(args.table) == bool(args.schema):
         raise ConfigError("name a table or --schema SCHEMA (not both): `pgcdc attach app.orders`, "
                           "`pgcdc attach --schema app`")
+    if args.follow_new and not args.schema:
+        raise ConfigError("--follow-new applies to a schema attached whole: `pgcdc attach --schema app --follow-new`")
     if args.schema:
         if args.key or args.where or args.shard is not None or args.into or args.delta_partition_by or args.columns \
                 or args.on_subscriber:
@@ -84,7 +86,8 @@ def _attach_schemas(args: argparse.Namespace) -> int:
     refused = attached = 0
     with _source(args) as conn:
         for schema in args.schema:
-            done = schemas.attach_schema(conn, schema, exclude_columns=_names(args.exclude_columns))
+            done = schemas.attach_schema(conn, schema, exclude_columns=_names(args.exclude_columns),
+                                         follow_new=args.follow_new)
             for t in done.attached:
                 choice = f"; {t.choice}" if t.column_mode else ""
                 print(f"attached {t.name} (key {', '.join(t.key_columns)}{choice})")
@@ -93,10 +96,12 @@ def _attach_schemas(args: argparse.Namespace) -> int:
             missing = [c for c in _names(args.exclude_columns) or [] if c not in done.matched]
             if missing:
                 print(f"note: no table of schema {done.schema} has column {', '.join(missing)} (check the spelling)")
+            later = ("a table created there later is attached by itself (--follow-new)" if args.follow_new else
+                     "a table created there later is named by `pgcdc status` until it is attached")
+            kept_out = f"; {', '.join(done.left_out)} left out of every table of it, now and later" \
+                if done.left_out else ""
             print(f"schema {done.schema}: {len(done.attached)} table(s) attached, {len(done.already)} already "
-                  f"attached, {len(done.refused)} refused; a table created there later is named by `pgcdc status` "
-                  "until it is attached" + (f"; {', '.join(done.left_out)} left out of every table of it, now and "
-                                            "later" if done.left_out else ""))
+                  f"attached, {len(done.refused)} refused; {later}{kept_out}")
             refused += len(done.refused)
             attached += len(done.attached)
     if attached:

@@ -53,20 +53,23 @@ def _column_names(conn: psycopg.Connection, rel: int) -> set[str]:
                                        "and not attisdropped", (rel,))}
 
 
-def attach_schema(conn: psycopg.Connection, schema: str, exclude_columns: list[str] | None = None) -> SchemaAttach:
+def attach_schema(conn: psycopg.Connection, schema: str, exclude_columns: list[str] | None = None,
+                  follow_new: bool = False) -> SchemaAttach:
     """Attach each table of `schema` not attached yet (one transaction each: a refusal undoes
     only that table), and remember the schema with the tables refused. `exclude_columns`: left
     out of every table of the schema, now and later (docs/columns.md), with what the schema
     leaves out already: remembered first, so that pgcdc.attach keeps it for each table (a table
-    attached alone later too). A table dropped meanwhile is passed over."""
+    attached alone later too). `follow_new`: a table created there later is attached by itself
+    (pgcdc.follow_new; once on, it stays on). A table dropped meanwhile is passed over."""
     capture.require_schema(conn)
     oid, name = _schema_oid(conn, schema)
     done = SchemaAttach(name)
     with conn.transaction():
-        conn.execute("insert into pgcdc.attached_schema (schema_oid, exclude_columns) values (%s, %s) "
+        conn.execute("insert into pgcdc.attached_schema (schema_oid, exclude_columns, follow) values (%s, %s, %s) "
                      "on conflict (schema_oid) do update set exclude_columns = array(select distinct c from "
-                     "unnest(pgcdc.attached_schema.exclude_columns || excluded.exclude_columns) c order by c)",
-                     (oid, sorted(set(exclude_columns or []))))
+                     "unnest(pgcdc.attached_schema.exclude_columns || excluded.exclude_columns) c order by c), "
+                     "follow = pgcdc.attached_schema.follow or excluded.follow",
+                     (oid, sorted(set(exclude_columns or [])), follow_new))
     done.left_out = conn.execute("select exclude_columns from pgcdc.attached_schema where schema_oid = %s",
                                  (oid,)).fetchone()[0]
     left_out = set(done.left_out)
@@ -108,11 +111,21 @@ def _gone(conn: psycopg.Connection, rel: int) -> bool:
     return conn.execute("select to_regclass(%s::oid::regclass::text) is null", (rel,)).fetchone()[0] is not False
 
 
-def uncaptured(conn: psycopg.Connection) -> list[tuple[str, str, list[str]]]:
-    """(table, schema, the names the schema leaves out) for each table of a schema attached whole that is neither attached nor
-    among the tables attach refused there: created (or moved there) since."""
+def follow_new(conn: psycopg.Connection) -> list[str]:
+    """Attach the tables created since in schemas attached with --follow-new (pgcdc.follow_new):
+    'attached <table>' or 'refused <table>: <why>' lines; none where no schema is followed."""
+    if not conn.execute("select exists (select 1 from pgcdc.attached_schema where follow)").fetchone()[0]:
+        return []
+    with conn.transaction():
+        return [r[0] for r in conn.execute("select pgcdc.follow_new()").fetchall()]
+
+
+def uncaptured(conn: psycopg.Connection) -> list[tuple[str, str, list[str], bool]]:
+    """(table, schema, the names the schema leaves out, whether the schema is followed) for each
+    table of a schema attached whole that is neither attached nor among the tables attach refused
+    there: created (or moved there) since (in a followed schema: one that could not be attached)."""
     return conn.execute(
-        "select format('%I.%I', n.nspname, c.relname), format('%I', n.nspname), s.exclude_columns "
+        "select format('%I.%I', n.nspname, c.relname), format('%I', n.nspname), s.exclude_columns, s.follow "
         "from pgcdc.attached_schema s "
         "join pg_namespace n on n.oid = s.schema_oid join pg_class c on c.relnamespace = s.schema_oid "
         "where c.relkind in ('r', 'p') and not c.relispartition and not c.oid = any(s.refused) "
@@ -121,10 +134,12 @@ def uncaptured(conn: psycopg.Connection) -> list[tuple[str, str, list[str]]]:
 
 def uncaptured_problems(conn: psycopg.Connection) -> list[str]:
     """`uncaptured` as the lines `pgcdc status` and a run give."""
-    return [f"table {table} in schema {schema} (attached with --schema) is not captured: it came after the schema "
+    return [f"table {table} in schema {schema} (followed: new tables are attached by themselves) is not captured: "
+            f"pgcdc could not attach it; run `pgcdc attach {table}` to see why, and fix that" if follow else
+            f"table {table} in schema {schema} (attached with --schema) is not captured: it came after the schema "
             f"was attached; run `pgcdc attach --schema {schema}` (or `pgcdc attach {table}`"
             + (f", which leaves out {', '.join(left_out)} as the schema does)" if left_out else ")")
-            for table, schema, left_out in uncaptured(conn)]
+            for table, schema, left_out, follow in uncaptured(conn)]
 
 
 def detach_schema(conn: psycopg.Connection, schema: str) -> list[str]:

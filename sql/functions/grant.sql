@@ -35,7 +35,7 @@ begin
                'pgcdc.worker_lock(text, text), pgcdc.worker_unlock(text), pgcdc.table_lock(text, int[]), '
                'pgcdc.table_unlock(text, int[]), pgcdc._worker_alive(text, int), pgcdc._workers(text), '
                'pgcdc._kept(text, int2[], text[], int2[], int2, name), pgcdc.kept_columns(regclass), '
-               'pgcdc._columns_are(int, text[]), '
+               'pgcdc._columns_are(int, text[]), pgcdc.follow_new(oid[]), '
                'pgcdc._kept_names(regclass, text, int2[], text[], int2[]) to %s',
                p_role)];
     stmts := stmts || array(select distinct format('grant usage on schema %I to %s', n.nspname, p_role)

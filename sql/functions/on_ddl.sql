@@ -22,6 +22,7 @@ declare
     v_types text[];
     v_new oid[];
     v_leaf regclass;
+    v_line text;
 begin
     -- (a rename: the name a dropped table is reported by)
     update pgcdc.attached t set table_name = t.relid::text
@@ -90,6 +91,14 @@ begin
                     perform pgcdc._queue_keys(a.table_id, v_leaf);  -- (a partitioned one: its leaves are listed)
                 end if;
             end loop;
+        end if;
+    end loop;
+    -- a table created (or given a primary key, or detached from a partitioned table) in a schema
+    -- attached whole with --follow-new: attached now (pgcdc.follow_new never fails the DDL)
+    for v_line in select pgcdc.follow_new(array(select c.objid from pg_event_trigger_ddl_commands() c
+                                                 where c.classid = 'pg_class'::regclass)) loop
+        if v_line like 'refused %' then
+            raise warning 'pgcdc: % (its schema is followed: it is attached once it can be)', substr(v_line, 9);
         end if;
     end loop;
 end
