@@ -19,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+import psycopg
 from psycopg import sql
 
 from pgcdc.errors import TargetError
@@ -34,7 +35,6 @@ from pgcdc.sync.report import first_line
 from pgcdc.watermark import ConsumerState, state_key
 
 if TYPE_CHECKING:
-    import psycopg
     from pyspark.sql import DataFrame, SparkSession
 
 ROWS_PER_BUCKET = 1000
@@ -139,8 +139,11 @@ def compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable,
                                   "read it")
     try:
         version = tablelog.latest_version(spark, path)  # (after the state, before PostgreSQL's snapshot)
+        # (a caller's transaction already open on `conn` is read in as it is, with its own isolation)
+        opened = conn.autocommit or conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         with conn.transaction():
-            conn.execute("set transaction isolation level repeatable read, read only")
+            if opened:
+                conn.execute("set transaction isolation level repeatable read, read only")
             return _compare(spark, conn, t, path, version, state)
     except Py4JJavaError as exc:
         return Comparison(t.name, path, 0, 0, 0, 0, problem=f"Spark cannot read {path}: {first_line(exc)}",
