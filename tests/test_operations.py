@@ -177,6 +177,12 @@ def test_json_outputs_parse_and_list_every_table(db: psycopg.Connection, syncer,
     data = json.loads(status.stdout)
     assert status.returncode == errors.ATTENTION and not data["healthy"] and data["verdict"] == "ATTENTION"
     assert any("public.b was dropped" in p for p in data["problems"]), data["problems"]
+    verify = _pgcdc(cfg, "verify", "--json", "public.a")  # (the row not synced yet: on its way)
+    compared = json.loads(verify.stdout)
+    assert verify.returncode == errors.OK and compared[0]["equal"] is True and compared[0]["in_flight"] == 1
+    db.execute("set session_replication_role = replica")  # (a row capture does not see: a real difference)
+    db.execute("insert into a values (4)")
+    db.execute("reset session_replication_role")
     verify = _pgcdc(cfg, "verify", "--json", "public.a")
     compared = json.loads(verify.stdout)
     assert verify.returncode == errors.ATTENTION and compared[0]["equal"] is False
