@@ -267,9 +267,13 @@ begin
     if v_was and (v_layout is distinct from attach.delta_partition_by or v_rechosen) then
         perform pgcdc._queue_copy(v_id);  -- every consumer writes its Delta table in the new layout (or columns)
     end if;
-    if v_members is distinct from (select t.members from pgcdc.attached t where t.table_id = v_id)
-       and v_members is not null then
-        -- its partitions changed where no event trigger saw it: rows may have come or gone unseen
+    if v_members is not null and (v_members is distinct from (select t.members from pgcdc.attached t
+                                                             where t.table_id = v_id)
+                                  or not exists (select 1 from pg_event_trigger e
+                                                  where e.evtname = 'pgcdc_ddl' and e.evtenabled <> 'D')) then
+        -- its partitions changed where no event trigger saw it: rows may have come or gone unseen (without
+        -- the event trigger, a partition attached and dropped again since leaves the tree as it was, and
+        -- its rows, copied meanwhile, in Delta: attaching again always copies)
         perform pgcdc._queue_copy(v_id);
     end if;
     -- the reader roles `pgcdc grant` made may read it (docs/security.md)
