@@ -20,7 +20,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from pgcdc.settings import SourceSettings
-from pgcdc.source import capture, consumers
+from pgcdc.source import capture, consumers, schemas
 from pgcdc.source.capture import AttachedTable
 from pgcdc.source.selection import select_tables
 from pgcdc.source.db import connect, jdbc_options
@@ -107,6 +107,9 @@ def run_source(connections: SourceConnections, consumer: str, names: list[str], 
                 if deleted is not None:
                     say(f"queue: deleted {deleted} events of the database this one was restored from")
             capture.check_identity(primary)
+            if not restored:  # (before the tables are chosen: a table a followed schema takes in joins now)
+                for line in schemas.follow_new(primary):
+                    say(f"schema followed: {line}")
             tables = select_tables(primary, names)
             yield RunSource(primary, reader, tables, jdbc_options(reader), capture.identity(reader))
         finally:

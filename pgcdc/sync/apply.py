@@ -13,11 +13,11 @@ from typing import NamedTuple
 from pgcdc import faults, records
 from pgcdc.engines import BatchWork, Engine
 from pgcdc.source import enrich, events, partitions
-from pgcdc.source.batch_read import BatchRead, ColumnsChanged
+from pgcdc.source.batch_read import BatchRead
 from pgcdc.source.mirror import mark_committing
 from pgcdc.sync.context import RunContext, TableWork
 from pgcdc.sync.pass_cut import PassCut
-from pgcdc.sync.report import UNDEFINED_COLUMN, first_line, source_state
+from pgcdc.sync.report import columns_read
 from pgcdc.watermark import ConsumerState
 
 _log = logging.getLogger(__name__)
@@ -50,14 +50,10 @@ def apply_batch(ctx: RunContext, engine: Engine, w: TableWork, planned: Planned,
                      txids=ctx.landing.metadata, replayed=snap.replayed,
                      snapshot=None if cut is None else cut.held.exported)
     faults.failpoint("before-merge")
-    try:
+    with columns_read():  # (a column renamed or dropped after the run checked them: ColumnsChanged)
         written = engine.apply(BatchWork(ctx.spark, path, t, columns, batch, reader, row_bytes, s, new_state,
                                          read, lambda: mark_committing(primary, new_state, path), ctx.landing,
                                          None if cut is None else cut.held))
-    except Exception as exc:  # a column renamed or dropped after the run checked them: a copy covers it
-        if source_state(exc) != UNDEFINED_COLUMN:
-            raise
-        raise ColumnsChanged(first_line(exc)) from exc
     faults.failpoint("after-merge")
     new_state = ctx.committed(primary, path, new_state, written)
     seconds = round(time.monotonic() - began, 3)

@@ -21,12 +21,11 @@ import time
 from pgcdc import faults, records
 from pgcdc.lake import copy_writes
 from pgcdc.source import bounds, enrich, events, snapshots
-from pgcdc.source.batch_read import ColumnsChanged
 from pgcdc.source.columns import unchanged
 from pgcdc.source.mirror import mark_committing
 from pgcdc.sync.context import RunContext, TableWork
 from pgcdc.sync.pass_cut import PassCut
-from pgcdc.sync.report import UNDEFINED_COLUMN, first_line, source_state
+from pgcdc.sync.report import columns_read
 from pgcdc.watermark import ConsumerState
 
 _log = logging.getLogger(__name__)
@@ -54,24 +53,19 @@ def replace_partitions(ctx: RunContext, w: TableWork, rows: bounds.Rows, state: 
     began = time.monotonic()
     where = " and ".join([f"({rows.pg})", unchanged(t.table_id, columns)] + ([f"({t.predicate})"] if t.predicate else []))
     new = batch.next_state(state) if batch.keys == 0 else state.chunk(None)
-    try:
-        with snapshots.reading(reader, None if cut is None else cut.held):
-            exported = cut.held.exported if cut is not None else \
-                reader.execute("select pg_export_snapshot()").fetchone()[0]
-            found = int(reader.execute(f"select count(*) from {t.name} src where {where}").fetchone()[0])
-            mark_committing(primary, new, path)  # (after the snapshot the rows are read in)
-            faults.failpoint("before-partition-commit")
-            if found == 0 and not ctx.landing.soft_deletes:
-                written = copy_writes.delete_rows(ctx.spark, path, new, rows.delta)
-            else:
-                frame = enrich.read_queries(ctx.spark, w.jdbc, t, columns, [
-                    f"select {enrich.select_list(columns, 'src', t)} from {t.name} src where {where}"], exported)
-                written = copy_writes.replace_rows(ctx.spark, path, frame, new, rows.delta, t.key_columns,
-                                                   ctx.landing)
-    except Exception as exc:  # a column renamed or dropped since the run read them (the run decides)
-        if source_state(exc) != UNDEFINED_COLUMN:
-            raise
-        raise ColumnsChanged(first_line(exc)) from exc
+    with columns_read(), snapshots.reading(reader, None if cut is None else cut.held):  # (columns gone: ColumnsChanged)
+        exported = cut.held.exported if cut is not None else \
+            reader.execute("select pg_export_snapshot()").fetchone()[0]
+        found = int(reader.execute(f"select count(*) from {t.name} src where {where}").fetchone()[0])
+        mark_committing(primary, new, path)  # (after the snapshot the rows are read in)
+        faults.failpoint("before-partition-commit")
+        if found == 0 and not ctx.landing.soft_deletes:
+            written = copy_writes.delete_rows(ctx.spark, path, new, rows.delta)
+        else:
+            frame = enrich.read_queries(ctx.spark, w.jdbc, t, columns, [
+                f"select {enrich.select_list(columns, 'src', t)} from {t.name} src where {where}"], exported)
+            written = copy_writes.replace_rows(ctx.spark, path, frame, new, rows.delta, t.key_columns,
+                                               ctx.landing)
     new = ctx.committed(primary, path, new, written)
     faults.failpoint("after-partition-commit")
     seconds = round(time.monotonic() - began, 3)

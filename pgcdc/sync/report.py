@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
 import psycopg
 
 from pgcdc import records
+from pgcdc.source.batch_read import ColumnsChanged
 
 
 @dataclass
@@ -65,6 +67,19 @@ def first_line(exc: BaseException) -> str:
 # check and Spark's read), the server shutting down, restarting or the connection lost
 UNDEFINED_COLUMN = "42703"
 _RACED_STATES = (UNDEFINED_COLUMN, "42P01", "57P01", "57P02", "57P03", "08")
+
+
+@contextmanager
+def columns_read() -> Iterator[None]:
+    """A read of the table's rows: PostgreSQL refusing it for a column the run checked that is no
+    longer there (renamed or dropped since: pgcdc._columns_are) is raised as ColumnsChanged, for
+    the run to change the Delta table in place or copy it."""
+    try:
+        yield
+    except Exception as exc:
+        if source_state(exc) != UNDEFINED_COLUMN:
+            raise
+        raise ColumnsChanged(first_line(exc)) from exc
 _RACED_TEXT = re.compile(r"PSQLException: (ERROR|FATAL): (column .* does not exist|relation .* does not exist|"
                          r"terminating connection|the database system is (shutting down|starting up|in recovery mode))"
                          r"|PSQLException: (Connection refused|An I/O error occurred|This connection has been closed)")

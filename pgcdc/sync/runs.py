@@ -117,9 +117,6 @@ def run_tables(job: "Job", skip: frozenset[str] = frozenset()) -> tuple[list[Tab
     the reports, and the tables that failed with their errors. One table's failure never
     holds the others back; a lost connection or an interrupt ends the run."""
     began = time.monotonic()
-    with connect(job.settings.source.dsn) as conn:  # (before the tables are chosen: new ones join this pass)
-        for line in schemas.follow_new(conn):
-            job.say(f"schema followed: {line}", logging.WARNING if line.startswith("refused") else logging.INFO)
     with job.source(job.settings.tables) as src:
         job.table_ids = {t.name: t.table_id for t in src.tables}
         for line in remove_departed(job.spark, src.primary, job.settings.consumer,
