@@ -126,6 +126,12 @@ class ConsumerState:
         last chunk is in): the same watermark, the next batch number."""
         return replace(self, batch=self.batch + 1, run_id=uuid.uuid4().hex, copy=copy, version=None)
 
+    def wound_back(self, then: "ConsumerState") -> "ConsumerState":
+        """The state committed after a restore to an earlier point: `then`'s watermark (the state the
+        restored database recorded), the next batch number (checks/rewind.py)."""
+        return replace(self, watermark=then.watermark, out_of_order=then.out_of_order, batch=self.batch + 1,
+                       run_id=uuid.uuid4().hex, version=None)
+
     def passed(self, watermark: int, applied_above: "TxidSet | None" = None) -> "ConsumerState":
         """The state once a batch without events is passed (nothing committed to Delta): the same
         batch number and run; only the watermark may move up."""

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
+from pgcdc.checks.rewind import reset_watermark
 from pgcdc.source import capture
 from pgcdc.cli import main as cli
 from pgcdc.errors import TargetError
@@ -59,12 +60,74 @@ def test_restore_to_an_earlier_point_is_refused_until_reset_watermark(
         cfg = tmp_path / "restored.toml"
         cfg.write_text(f'consumer = "test"\n[source]\ndsn = "{restored.dsn}"\n[target]\nroot = "{restored.root}"\n')
         assert cli.main(["--config", str(cfg), "reset-watermark"]) == 0
-        assert "reset 1 table(s) of consumer test" in capsys.readouterr().out
+        said = capsys.readouterr().out
+        assert "reset 1 table(s) of consumer test" in said and "(1 by the rows changed since the restore point" in said
+        assert "20 rows Delta changed after that were read again, 1 upserted, 20 deleted" in said, said
         restored.assert_equal("public.t")
         assert restored.delta("public.t").where("id >= 100").count() == 0
         with psycopg.connect(restored.dsn, autocommit=True) as r:
             r.execute("delete from t where id = 2")
         assert restored.run()["public.t"].events == 1  # back to normal syncing
+        restored.assert_equal("public.t")
+    finally:
+        backup.stop(remove=True)
+
+
+@pytest.mark.parametrize("engine,kill", [("fast", "before-rewind-commit"), ("merge", "after-commit")])
+def test_reset_watermark_reads_again_only_the_rows_delta_changed_after_the_restore_point(
+        db: psycopg.Connection, syncer, pg_server, dsn: str, monkeypatch: pytest.MonkeyPatch, engine: str,
+        kill: str) -> None:
+    """Lost with the restore: updates, deletes and inserts Delta holds; kept by it: a change made
+    before the backup that Delta had not synced yet (in the restored queue above the watermark the
+    database recorded); made after it: a change of the new history. Killed once during the reset,
+    then reset again: every table equals the restored database, only the changed rows read again."""
+    import pgcdc.faults
+
+    if pg_server.local is None:
+        pytest.skip("needs the local test server (a base backup of it is taken)")
+    dbname = conninfo_to_dict(dsn)["dbname"]
+    for name in ("t", "still"):
+        db.execute(f"create table {name} (id int primary key, v text)")
+        db.execute(f"insert into {name} select i, 'a' from generate_series(1, 200) i")
+        capture.attach(db, name)
+    syncer.run(engine=engine)
+    db.execute("update t set v = 'before the backup, not synced' where id = 50")
+    backup = LocalPostgres(Path(tempfile.mkdtemp(prefix="pgcdc-test-backup-")))
+    try:
+        backup.start_standby_of(pg_server.local)
+        wait_for_replay(db, backup.dsn(dbname))
+        backup.stop()
+        db.execute("update t set v = 'lost' where id <= 5")
+        db.execute("delete from t where id between 6 and 8")
+        db.execute("insert into t select i, 'lost' from generate_series(1000, 1004) i")
+        syncer.run(engine=engine)
+        (backup.datadir / "standby.signal").unlink()
+        backup.start()
+        restored = Syncer(syncer.spark, backup.dsn(dbname), syncer.root)
+        with psycopg.connect(restored.dsn, autocommit=True) as r:
+            r.execute("update t set v = 'after the restore' where id = 9")
+            for _ in range(60):
+                r.execute("select pg_current_xact_id()")
+        settings = restored.settings(engine=engine)
+
+        def act(name: str) -> None:
+            if name == kill:
+                raise RuntimeError(f"killed at {name}")
+        monkeypatch.setattr(pgcdc.faults, "failpoint", act)
+        with pytest.raises(RuntimeError, match=f"killed at {kill}"):
+            reset_watermark(settings, syncer.spark, restored.lines.append)
+        monkeypatch.undo()
+        done = {r.table: r for r in reset_watermark(settings, syncer.spark, restored.lines.append)}
+        # (ids 1-8, 1000-1004, and 50, whose change the lost history synced; killed after the commit,
+        # before the database recorded it: the second reset winds back from the same point again)
+        assert done["public.t"].queued == 14 and done["public.still"].queued == 0, restored.lines
+        for name in ("public.t", "public.still"):
+            restored.assert_equal(name)
+        assert restored.delta("public.t").where("v = 'lost'").count() == 0
+        assert restored.delta("public.t").where("id = 50").first().v == "before the backup, not synced"
+        with psycopg.connect(restored.dsn, autocommit=True) as r:
+            r.execute("delete from t where id = 2")
+        assert restored.run(engine=engine)["public.t"].events == 1
         restored.assert_equal("public.t")
     finally:
         backup.stop(remove=True)

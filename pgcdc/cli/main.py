@@ -273,7 +273,8 @@ def _sync_commands(add: _Add) -> None:
     p = add("resync", cmd_resync, "copy tables into Delta again from scratch (after re-attach, restore, schema change)")
     p.add_argument("tables", nargs="+", metavar="TABLE")
     add("reset-watermark", cmd_reset_watermark,
-        "after a database restore or a failover to a lagging standby: copy every synced table again")
+        "after a database restore or a failover to a lagging standby: read again the rows Delta changed "
+        "after the restore point (a table copied again where that cannot hold)")
 
 
 def _check_commands(add: _Add) -> None:

@@ -19,6 +19,7 @@ from pgcdc.sync.compact import compact
 from pgcdc.sync.follow import follow
 from pgcdc.sync.runs import preflight, resync, run
 from pgcdc.checks.repair import repair
+from pgcdc.checks.rewind import reset_watermark
 from pgcdc.checks.verify import verify
 
 
@@ -57,11 +58,14 @@ def cmd_resync(args: argparse.Namespace) -> int:
 
 
 def cmd_reset_watermark(args: argparse.Namespace) -> int:
-    """After a restore: copy every synced table again, so data and watermarks match the database as it is now."""
+    """After a restore: bring every synced table to the database as it is now, by the rows Delta
+    changed after the restore point (checks/rewind.py), a table copied where that cannot hold."""
     settings = _settings(args)
-    reports = resync(settings, settings.tables, restored=True)
-    print(f"reset {len(reports)} table(s) of consumer {settings.consumer} to the database as it is now "
-          "(each copied again, new watermark); continue with `pgcdc ingest`")
+    done = reset_watermark(settings, say=print)
+    copied = sum(1 for r in done if r.queued is None)
+    print(f"reset {len(done)} table(s) of consumer {settings.consumer} to the database as it is now "
+          f"({len(done) - copied} by the rows changed since the restore point, {copied} copied again); continue "
+          "with `pgcdc ingest`")
     return errors.OK
 
 

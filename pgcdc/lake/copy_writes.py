@@ -96,9 +96,20 @@ def delete_rows(spark: "SparkSession", path: str, state: ConsumerState, where: s
     with state_commit(spark, state), conflicts(path, f"a delete of rows ({where})"):
         DeltaTable.forPath(spark, path).delete(where)
         if tablelog.latest_version(spark, path) == before:  # (no row matched: Delta committed nothing)
-            rows = spark.read.format("delta").load(path).limit(0)
-            rows.write.format("delta").mode("append").save(path)  # (a commit of no file, carrying the state)
+            _no_rows(spark, path)
     return last_commit(spark, path, state)
+
+
+def state_alone(spark: "SparkSession", path: str, state: ConsumerState) -> Written:
+    """Commit the state and no row (a state wound back after a restore: checks/rewind.py)."""
+    with state_commit(spark, state), conflicts(path, "a state"):
+        _no_rows(spark, path)
+    return last_commit(spark, path, state)
+
+
+def _no_rows(spark: "SparkSession", path: str) -> None:
+    """An append of no row: a commit of no file, carrying the session's state."""
+    spark.read.format("delta").load(path).limit(0).write.format("delta").mode("append").save(path)
 
 
 def append_rows(spark: "SparkSession", path: str, rows: "DataFrame", state: ConsumerState, keys: list[str],

@@ -44,24 +44,27 @@ _log = logging.getLogger(__name__)
 LEASE_WAIT = 120.0  # seconds a resync waits for another worker to finish a table
 
 
+T = TypeVar("T")
+
+
 def run(settings: Settings, spark: "SparkSession | None" = None,
         say: Callable[[str], None] | None = None) -> list[TableReport]:
-    """Run the ingest job once (see `_once`)."""
-    return _once(settings, spark, say, settings.tables, "the run", run_job)
+    """Run the ingest job once (see `once`)."""
+    return once(settings, spark, say, settings.tables, "the run", run_job)
 
 
 def resync(settings: Settings, tables: list[str], spark: "SparkSession | None" = None,
-           say: Callable[[str], None] | None = None, restored: bool = False) -> list[TableReport]:
-    """Copy tables again from scratch into their Delta tables (see `resync_tables`, `_once`)."""
-    return _once(settings, spark, say, tables, "the resync", lambda job: resync_tables(job, tables, restored),
-                 restored)
+           say: Callable[[str], None] | None = None) -> list[TableReport]:
+    """Copy tables again from scratch into their Delta tables (see `resync_tables`, `once`)."""
+    return once(settings, spark, say, tables, "the resync", lambda job: resync_tables(job, tables))
 
 
-def _once(settings: Settings, spark: "SparkSession | None", say: Callable[[str], None] | None, tables: list[str],
-          what: str, work: Callable[[Job], list[TableReport]], restored: bool = False) -> list[TableReport]:
+def once(settings: Settings, spark: "SparkSession | None", say: Callable[[str], None] | None, tables: list[str],
+         what: str, work: Callable[[Job], list[T]], restored: bool = False) -> list[T]:
     """A one-shot `work` in a local Spark session unless given one. A first SIGTERM/SIGINT (a
     scheduler's timeout) stops it after the batch in flight (StoppedError), a second at once.
-    (Seven parameters: `run` and `resync` differ in what they name, do and check before Spark.)"""
+    (Seven parameters: `run`, `resync` and reset-watermark differ in what they name, do and check
+    before Spark; `restored`: reset-watermark's, checked as after a restore.)"""
     if spark is None:
         preflight(settings, tables, restored=restored)
     job = Job(settings, spark or get_session(settings.spark, target_root=settings.target.root), say)
@@ -82,13 +85,11 @@ def run_job(job: Job) -> list[TableReport]:
     return reports
 
 
-def resync_tables(job: Job, names: list[str], restored: bool = False) -> list[TableReport]:
-    """Copy the given tables again from scratch (after a detach/attach, a restore or a schema
-    change); `restored`: after a restore, which first clears a queue restored from another database."""
-    return leased_tables(job, names, lambda src, t, sync: job.resync_table(src, t), restored)
+def resync_tables(job: Job, names: list[str]) -> list[TableReport]:
+    """Copy the given tables again from scratch (after a detach/attach or a schema change)."""
+    return leased_tables(job, names, lambda src, t, sync: job.resync_table(src, t))
 
 
-T = TypeVar("T")
 
 
 def leased_tables(job: Job, names: list[str], work: "Callable[[RunSource, AttachedTable, Callable[[], TableReport]], T]",
