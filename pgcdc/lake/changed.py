@@ -3,10 +3,12 @@ again from PostgreSQL (checks/rewind.py), found from the table's own log, so the
 with the commits made since, not with the table.
 
 The commits after `since` name every data file they added or removed (a file whose deletion
-vector changed is removed and added again under its name). Only those files can hold a row that
-differs between the two versions: their rows are read at both versions, and the keys whose rows
-differ (or that only one version holds) are the answer. A file another writer rewrote (OPTIMIZE)
-is read too, and its rows, unchanged, drop out.
+vector changed is removed and added again under its name). A data file's rows never change,
+only which of them its deletion vector hides. So a key whose row differs between the two
+versions is a key of a file added since, or one that a file present at `since` holds at one
+version and not at the other (deleted, updated elsewhere, or back after a RESTORE): only the key
+columns of the touched files are read. A file another writer compacted (OPTIMIZE) since counts
+as touched: its rows are read again, unchanged (more work, not a wrong result).
 """
 
 from __future__ import annotations
@@ -37,25 +39,24 @@ def touched_files(spark: "SparkSession", path: str, since: int) -> set[str] | st
 
 def changed_since(spark: "SparkSession", path: str, since: int, keys: list[str],
                   shard: int | None = None) -> "DataFrame | str":
-    """The keys (columns `keys`) whose row differs between version `since` and the newest one, or
-    that one of them holds alone; a fan-in source's (`shard`) alone. Or why they cannot be found."""
-    from pyspark.sql import functions as F
-
+    """The keys (columns `keys`) whose row may differ between version `since` and the newest one
+    (a superset: every row a touched file gained or lost), a fan-in source's (`shard`) alone; or
+    why they cannot be found. Only key columns are read."""
     touched = touched_files(spark, path, since)
-    if isinstance(touched, str) or not touched:
-        return touched if isinstance(touched, str) else \
-            spark.read.format("delta").load(path).select(*[spark_ident(k) for k in keys]).limit(0)
+    if isinstance(touched, str):
+        return touched
     latest = tablelog.latest_version(spark, path)
+    then = {f.rsplit("/", 1)[-1] for f in _at(spark, path, since).inputFiles()}
+    old, new = sorted(touched & then), sorted(touched - then)
 
-    def side(version: int, mark: str) -> "DataFrame":
-        rows = spark.read.format("delta").option("versionAsOf", version).load(path)
-        rows = rows.where(F.col("_metadata.file_name").isin(sorted(touched)))
-        if shard is not None:
-            rows = rows.where(shards.where(shard))
-        others = [spark_ident(c) for c in rows.columns]
-        return rows.withColumn(mark, F.expr(f"xxhash64({', '.join(others)})"))
-    now, then = side(latest, "_h_now"), side(since, "_h_then")
-    old = then.select(*[F.col(spark_ident(k)).alias(f"_k{i}") for i, k in enumerate(keys)], "_h_then")
-    joined = now.join(old, [now[spark_ident(k)].eqNullSafe(old[f"_k{i}"]) for i, k in enumerate(keys)], "full_outer")
-    differ = joined.where(~F.col("_h_now").eqNullSafe(F.col("_h_then")))
-    return differ.select(*[F.coalesce(now[spark_ident(k)], old[f"_k{i}"]).alias(k) for i, k in enumerate(keys)])
+    def keys_in(version: int, names: list[str]) -> "DataFrame":
+        rows = _at(spark, path, version)
+        rows = rows.where(rows["_metadata.file_name"].isin(names)) if names else rows.limit(0)
+        rows = rows.where(shards.where(shard)) if shard is not None else rows
+        return rows.select(*[spark_ident(k) for k in keys])
+    before, after = keys_in(since, old), keys_in(latest, old)  # (a file's rows never change: its deletion vector may)
+    return keys_in(latest, new).union(before.subtract(after)).union(after.subtract(before)).distinct()
+
+
+def _at(spark: "SparkSession", path: str, version: int) -> "DataFrame":
+    return spark.read.format("delta").option("versionAsOf", version).load(path)
