@@ -105,3 +105,38 @@ def test_repair_turns_every_kind_of_key_back_into_its_row(db: psycopg.Connection
     [done] = repair(syncer.settings(), ["public.k"], False, syncer.lines.append, syncer.spark)
     assert done.queued == 10 and done.done, done.line()
     syncer.assert_equal("public.k")
+
+
+def test_a_repair_killed_after_queueing_is_finished_by_the_next_run(db: psycopg.Connection, syncer: Syncer,
+                                                                    monkeypatch) -> None:
+    """Killed after the keys were queued, before (or after) the batch applying them committed:
+    the keys stay in the queue, and the next ingest applies them; a second repair finds nothing."""
+    import pgcdc.faults
+
+    db.execute("create table r (id int primary key, v text)")
+    db.execute("insert into r select i, 'a' from generate_series(1, 500) i")
+    capture.attach(db, "r")
+    syncer.run()
+    with db.transaction():
+        db.execute("set local session_replication_role = replica")
+        db.execute("update r set v = 'behind' where id % 50 = 0")  # 10 rows
+        db.execute("delete from r where id between 101 and 104")  # 4 rows
+    for kill in ("before-commit", "after-commit"):
+        def act(name: str, kill: str = kill) -> None:
+            if name == kill:
+                raise RuntimeError(f"killed at {name}")
+        monkeypatch.setattr(pgcdc.faults, "failpoint", act)
+        try:
+            repair(syncer.settings(), ["public.r"], False, syncer.lines.append, syncer.spark)
+        except RuntimeError as exc:
+            assert f"killed at {kill}" in str(exc)
+        else:
+            raise AssertionError(f"repair was not killed at {kill}")
+        monkeypatch.undo()
+        syncer.run()
+        syncer.assert_equal("public.r")
+        [again] = repair(syncer.settings(), ["public.r"], False, syncer.lines.append, syncer.spark)
+        assert again.before.equal and again.queued == 0, again.line()
+        with db.transaction():  # (the next round: rows behind pgcdc's back again)
+            db.execute("set local session_replication_role = replica")
+            db.execute("update r set v = 'behind again' where id % 70 = 0")
