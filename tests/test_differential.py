@@ -19,7 +19,10 @@ whole leaving a column out, which tables get and bring later; the fan-in schedul
 consumer's tables to leave a tenant out now and then (every cut holding the fan-in must hold
 every tenant); seeds drawing a bypass change rows of `ints` behind capture between runs
 (`session_replication_role = replica`), and `pgcdc verify` must name those rows and no other
-while the writers write, and `pgcdc repair` must rewrite them (fixtures/bypass_events.py). The bounded schedules
+while the writers write, and `pgcdc repair` must rewrite them (fixtures/bypass_events.py); plain
+schedules drawing a restore take a base backup of the server after the first run and, after the
+second, restart on it as the restored primary, run `pgcdc reset-watermark` (killed once at a
+drawn failpoint) and go on there (fixtures/restore_events.py). The bounded schedules
 play few ingest runs, at most one of them in a process of its own (a JVM start is ~15 s of CI
 time); soaks play more, any way. To soak:
 
@@ -65,13 +68,16 @@ PLAIN = [(s, m) for s in SEEDS for m in MODES] if REPLAY else [(12, "out_of_orde
 PLAIN_SHAPES = {"deletes": "hard", "metadata": False, "history": False}
 
 
-def _play(params: Params, spark, dsn: str, tmp_path: Path, s3: S3Server | None = None) -> None:
+def _play(params: Params, spark, dsn: str, tmp_path: Path, s3: S3Server | None = None, server=None) -> None:
     print(f"\nrandomized differential test: seed {params.seed}, mode {params.mode}, engine {params.engine} "
           f"(re-play: PGCDC_SEED={params.seed})")
     name = f"lake-{params.seed}-{params.mode}"
     root = s3.root(f"{name}-{tmp_path.name}") if s3 else tmp_path / name
-    schedule = Schedule(params, spark, dsn, root, tmp_path, spark_conf=s3.spark_conf() if s3 else None)
-    diffs = schedule.play()
+    schedule = Schedule(params, spark, dsn, root, tmp_path, spark_conf=s3.spark_conf() if s3 else None, server=server)
+    try:
+        diffs = schedule.play()
+    finally:
+        schedule.drop_backup()
     idle = [line for line in schedule.log if "table(s) idle" in line]
     print(f"passes that left idle tables alone: {len(idle)}" + (f" (last: {idle[-1]})" if idle else ""))
     assert not diffs, (f"seed {params.seed} mode {params.mode}: Delta differs from PostgreSQL:\n" + "\n".join(diffs)
@@ -80,7 +86,8 @@ def _play(params: Params, spark, dsn: str, tmp_path: Path, s3: S3Server | None =
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed,mode", PLAIN)
-def test_delta_equals_postgres_after_a_random_schedule(spark, dsn: str, tmp_path: Path, seed: int, mode: str) -> None:
+def test_delta_equals_postgres_after_a_random_schedule(spark, dsn: str, pg_server, tmp_path: Path, seed: int,
+                                                       mode: str) -> None:
     """PGCDC_PLAIN_SHAPES=1 keeps the plain mirror whatever the seed draws (scripts/pg18.sh: the
     landing shapes do not depend on the server's version); a list of shapes (`history`, `deletes`,
     `metadata`) keeps those plain only (scripts/compat.sh: the history, CI time)."""
@@ -92,7 +99,7 @@ def test_delta_equals_postgres_after_a_random_schedule(spark, dsn: str, tmp_path
     # (the bank's writers and their cuts where passes make cuts: out_of_order mode, docs/readers.md;
     # re-played seeds only, CI time: seed 12 here leaves it to the standby's and compat.sh's seeds)
     _play(Params.draw(seed, mode, runs=CI_RUNS, bank=mode == "out_of_order" and REPLAY, **CI, **shapes), spark, dsn,
-          tmp_path)
+          tmp_path, server=pg_server.local)
 
 
 @pytest.mark.slow
