@@ -20,7 +20,8 @@ consumer's tables to leave a tenant out now and then (every cut holding the fan-
 every tenant); seeds drawing a bypass change rows of `ints` behind capture between runs
 (`session_replication_role = replica`), and `pgcdc verify` must name those rows and no other
 while the writers write, and `pgcdc repair` must rewrite them (fixtures/bypass_events.py); plain
-schedules drawing a restore take a base backup of the server after the first run and, after the
+schedules (and the partitioned, fan-in and lifecycle ones: 612 and 712 in `make test`) drawing a
+restore take a base backup of the server after the first run and, after the
 second, restart on it as the restored primary, run `pgcdc reset-watermark` (killed once at a
 drawn failpoint) and go on there (fixtures/restore_events.py). The bounded schedules
 play few ingest runs, at most one of them in a process of its own (a JVM start is ~15 s of CI
@@ -136,7 +137,7 @@ def test_delta_equals_postgres_with_a_follower(spark, dsn: str, tmp_path: Path) 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES if REPLAY else ["strict"])
-def test_delta_equals_postgres_with_a_partitioned_table(spark, dsn: str, tmp_path: Path, mode: str) -> None:
+def test_delta_equals_postgres_with_a_partitioned_table(spark, dsn: str, pg_server, tmp_path: Path, mode: str) -> None:
     """The partitioned schedule: besides the four plain tables, a partitioned table two levels
     deep whose writers aim at the root, a branch and leaves and move rows between partitions
     (a new bucket); between runs a partition is created, attached holding rows, detached (now
@@ -145,28 +146,29 @@ def test_delta_equals_postgres_with_a_partitioned_table(spark, dsn: str, tmp_pat
     after each change to the tree until `pgcdc attach` follows it again."""
     seed = SEEDS[0] + 401 + 2 * (mode == "strict")  # (414: the fast engine, no event triggers)
     _play(Params.draw(seed, mode, partitioned=True, event_triggers=seed // 2 % 2 == 0, runs=CI_RUNS, **CI,
-                      **({} if REPLAY else PLAIN_SHAPES)), spark, dsn, tmp_path)
+                      **({} if REPLAY else PLAIN_SHAPES)), spark, dsn, tmp_path, server=pg_server.local)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES if REPLAY else ["out_of_order"])
-def test_delta_equals_postgres_with_a_fan_in(spark, dsn: str, tmp_path: Path, mode: str) -> None:
+def test_delta_equals_postgres_with_a_fan_in(spark, dsn: str, pg_server, tmp_path: Path, mode: str) -> None:
     """The fan-in schedule: besides the four plain tables, three tenants' `orders` (the same keys
     in each) land in one Delta table under their shards; between runs one tenant is resynced
     (the others' files must stay as they were) or truncated."""
     seed = SEEDS[0] + 601 + 2 * (mode == "strict")  # (612: out-of-order, with a history)
-    _play(Params.draw(seed, mode, fan_in=True, runs=CI_RUNS if REPLAY else 2, **CI), spark, dsn, tmp_path)
+    _play(Params.draw(seed, mode, fan_in=True, runs=CI_RUNS if REPLAY else 2, **CI), spark, dsn, tmp_path,
+          server=pg_server.local)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES if REPLAY else ["strict"])
-def test_delta_equals_postgres_through_a_tables_life(spark, dsn: str, tmp_path: Path, mode: str) -> None:
+def test_delta_equals_postgres_through_a_tables_life(spark, dsn: str, pg_server, tmp_path: Path, mode: str) -> None:
     """The lifecycle schedule: besides the writers and crashes, between runs a table with a
     predicate on its key is renamed and renamed back and attached again with another predicate,
     a table keyed by a domain over date (written under random DateStyle and TimeZone) is dropped
     and created again; status must say OK exactly when Delta equals PostgreSQL."""
     seed = SEEDS[0] + 700 + (mode == "strict")  # (712: the fast engine in strict mode)
-    _play(Params.draw(seed, mode, lifecycle=True, runs=3, **CI), spark, dsn, tmp_path)
+    _play(Params.draw(seed, mode, lifecycle=True, runs=3, **CI), spark, dsn, tmp_path, server=pg_server.local)
 
 
 @pytest.mark.soak
