@@ -314,3 +314,16 @@ def test_a_copys_row_count_with_soft_deletes_counts_the_rows_it_found(db: psycop
     assert [r.copied for r in reports] == [rows]
     assert syncer.delta("public.big").where("_pgcdc_deleted").count() == 2000 - rows
     assert syncer.delta("public.big").count() == 2000  # (each row once)
+
+
+def test_a_resync_in_chunks_counts_the_rows_it_copied_not_those_delta_kept_beside_them(
+        db: psycopg.Connection, syncer: Syncer) -> None:
+    """Each chunk replaces its key range in files that also hold other rows: Delta's count of the
+    rows a replaceWhere wrote includes those it copied from the files it rewrote; the report
+    counts the rows read from PostgreSQL. (The first copy writes one file, each chunk of the
+    resync cuts it.)"""
+    _table(db)
+    syncer.run()
+    reports = resync(syncer.settings(copies=FIXED), ["public.big"], spark=syncer.spark, say=syncer.lines.append)
+    assert [r.copied for r in reports] == [2000], syncer.lines[-3:]
+    assert _delta(syncer) == _pg(db)

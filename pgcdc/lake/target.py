@@ -277,8 +277,9 @@ def last_commit(spark: "SparkSession", path: str, state: ConsumerState) -> Writt
         meta = ConsumerState.from_json(info["userMetadata"]) if info.get("userMetadata") else None
         if meta and meta.run_id == state.run_id:
             m = info.get("operationMetrics") or {}
-            upserted = int(m.get("numTargetRowsInserted", m.get("numOutputRows", 0))) + \
-                int(m.get("numTargetRowsUpdated", 0))
+            # (a replaceWhere's numOutputRows counts the rows it copied from the files it rewrote too)
+            upserted = int(m.get("numTargetRowsInserted", m.get("numOutputRows", 0))) - \
+                int(m.get("numCopiedRows", 0)) + int(m.get("numTargetRowsUpdated", 0))
             deleted = int(m.get("numTargetRowsDeleted", 0))
             return Written(version, upserted, deleted)
     raise TargetError(f"batch {state.batch} of consumer {state.consumer} was not committed to {path}: another "
