@@ -104,10 +104,9 @@ def _repair(spark: "SparkSession", settings: Settings, src: RunSource, t: Attach
     return Repair(t.name, before, queued, compare(spark, src.reader, t, path, load_state(spark, path, key, repair=False)))
 
 
-def queue_differing(conn: psycopg.Connection, t: AttachedTable, keys: list[str]) -> int:
-    """Queue verify's differing keys (canonical texts) as U events of the table, in one
-    transaction: PostgreSQL turns each back into its typed key and then into the queue's text.
-    Needs the right to insert into the queue (an admin role's, `pgcdc grant ROLE --admin`)."""
+def typed_keys(conn: psycopg.Connection, t: AttachedTable) -> list[str] | str:
+    """SQL turning canonical key texts (columns u.c0, u.c1, ...) back into the table's typed key
+    columns, or why it cannot (a key of a type someone created)."""
     columns = {name: (base, typ) for name, base, _, _ in canon.pg_columns(conn, t.name)
                for k, typ in zip(t.key_columns, t.key_types) if k == name}
     typed = []
@@ -115,9 +114,18 @@ def queue_differing(conn: psycopg.Connection, t: AttachedTable, keys: list[str])
         base, typ = columns[k]
         expr = canon.pg_typed(f"u.c{i}", base, typ)
         if expr is None:
-            raise TargetError(f"repair cannot turn {t.name}'s key column {k} ({typ}, a type someone created) back into "
-                              f"its values: run `pgcdc resync {t.name}`")
+            return f"{t.name}'s key column {k} ({typ}, a type someone created) back into its values"
         typed.append(f"{expr} as {sql.Identifier(k).as_string(None)}")
+    return typed
+
+
+def queue_differing(conn: psycopg.Connection, t: AttachedTable, keys: list[str]) -> int:
+    """Queue verify's differing keys (canonical texts) as U events of the table, in one
+    transaction: PostgreSQL turns each back into its typed key and then into the queue's text.
+    Needs the right to insert into the queue (an admin role's, `pgcdc grant ROLE --admin`)."""
+    typed = typed_keys(conn, t)
+    if isinstance(typed, str):
+        raise TargetError(f"repair cannot turn {typed}: run `pgcdc resync {t.name}`")
     arrays = [[framed_values(key)[i] for key in keys] for i in range(len(t.key_columns))]
     unnest = ", ".join("%s::text[]" for _ in arrays)
     names = ", ".join(f"c{i}" for i in range(len(arrays)))

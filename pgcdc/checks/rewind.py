@@ -16,8 +16,9 @@ reset-watermark queues the same keys again (a key queued twice lands once).
 
 A table is copied instead, the reason said, where this cannot hold: the database was restored
 from another one (txids of another database), the restored database has no record of the table's
-sync, Delta's log no longer holds B's commit or a later one, a copy in chunks was under way, or
-the table was attached again since.
+sync, Delta's log no longer holds B's commit or a later one, a copy in chunks was under way, the table
+was attached again since, or its key is of a type someone created (the queue cannot take such
+keys back from their text).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from pgcdc import faults
 from pgcdc.checks import canon
-from pgcdc.checks.repair import queue_differing
+from pgcdc.checks.repair import queue_differing, typed_keys
 from pgcdc.lake import changed, copy_writes, target
 from pgcdc.lake.paths import spark_ident
 from pgcdc.lake.state import load_state, state_from_history
@@ -89,6 +90,8 @@ def _reset(ctx: RunContext, src: RunSource, t: AttachedTable, sync: "Callable[[]
     found = _recorded(ctx, src, t, path)
     if isinstance(found, str):
         return Reset(t.name, copy(), why=found)
+    if isinstance(typed := typed_keys(src.primary, t), str):  # (its keys cannot be queued again)
+        return Reset(t.name, copy(), why=f"the queue cannot take {typed}")
     now, then = found
     assert then.version is not None
     rows = changed.changed_since(ctx.spark, path, then.version, t.key_columns, t.fan_in_shard)
