@@ -153,6 +153,19 @@ def timed_run(conn: Any, job: Any, tables: str, label: str, statement: str | Non
     return label, seconds, read
 
 
+def load_attached(conn: Any, rows: int) -> None:
+    """pgcdc installed and table `t` (bigint key, an int, a 32-character text) of `rows` rows
+    loaded, vacuumed and attached: what bench.repair and bench.restore start from."""
+    from pgcdc.source import capture
+
+    capture.install(conn)
+    print(f"loading {rows:,} rows ...", flush=True)
+    conn.execute("create table t (id bigint primary key, v int not null, s text)")
+    conn.execute(f"insert into t select i, i % 1000, md5(i::text) from generate_series(1, {rows}) i")
+    conn.execute("vacuum analyze t")
+    capture.attach(conn, "t")
+
+
 def local_job(dsn: str, work: Path) -> Any:
     """A Job of consumer "bench" syncing into <work>/lake on a local Spark (6 GiB driver), its
     lines printed indented."""

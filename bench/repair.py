@@ -17,7 +17,7 @@ import time
 
 import psycopg
 
-from bench.common import local_job, throwaway
+from bench.common import load_attached, local_job, throwaway
 from pgcdc.checks.repair import repair
 from pgcdc.checks.verify import verify
 from pgcdc.source import capture
@@ -31,12 +31,7 @@ def main() -> None:
     args = ap.parse_args()
     with throwaway("repair", settings={"shared_buffers": "1GB", "max_wal_size": "8GB"}) as (pg, work):
         with psycopg.connect(pg.dsn(), autocommit=True) as conn:
-            capture.install(conn)
-            print(f"loading {args.rows:,} rows ...", flush=True)
-            conn.execute("create table t (id bigint primary key, v int not null, s text)")
-            conn.execute(f"insert into t select i, i % 1000, md5(i::text) from generate_series(1, {args.rows}) i")
-            conn.execute("vacuum analyze t")
-            capture.attach(conn, "t")
+            load_attached(conn, args.rows)
             job = local_job(pg.dsn(), work)
             run_job(job)
             every = max(1, args.rows // args.differ)

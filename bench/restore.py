@@ -21,10 +21,9 @@ from pathlib import Path
 
 import psycopg
 
-from bench.common import local_job, throwaway
+from bench.common import load_attached, local_job, throwaway
 from pgcdc.checks.rewind import reset_watermark
 from pgcdc.localpg import LocalPostgres
-from pgcdc.source import capture
 from pgcdc.sync.runs import resync_tables, run_job
 
 
@@ -47,12 +46,7 @@ def main() -> None:
     with throwaway("restore", settings={"shared_buffers": "1GB", "max_wal_size": "8GB"}) as (pg, work):
         try:
             with psycopg.connect(pg.dsn(), autocommit=True) as conn:
-                capture.install(conn)
-                print(f"loading {args.rows:,} rows ...", flush=True)
-                conn.execute("create table t (id bigint primary key, v int not null, s text)")
-                conn.execute(f"insert into t select i, i % 1000, md5(i::text) from generate_series(1, {args.rows}) i")
-                conn.execute("vacuum analyze t")
-                capture.attach(conn, "t")
+                load_attached(conn, args.rows)
                 run_job(local_job(pg.dsn(), work))
                 print("taking the backup ...", flush=True)
                 backup.start_standby_of(pg)

@@ -119,11 +119,13 @@ def typed_keys(conn: psycopg.Connection, t: AttachedTable) -> list[str] | str:
     return typed
 
 
-def queue_differing(conn: psycopg.Connection, t: AttachedTable, keys: list[str]) -> int:
+def queue_differing(conn: psycopg.Connection, t: AttachedTable, keys: list[str],
+                    typed: list[str] | str | None = None) -> int:
     """Queue verify's differing keys (canonical texts) as U events of the table, in one
-    transaction: PostgreSQL turns each back into its typed key and then into the queue's text.
-    Needs the right to insert into the queue (an admin role's, `pgcdc grant ROLE --admin`)."""
-    typed = typed_keys(conn, t)
+    transaction: PostgreSQL turns each back into its typed key (`typed`: typed_keys's answer,
+    when the caller asked already) and then into the queue's text. Needs the right to insert
+    into the queue (an admin role's, `pgcdc grant ROLE --admin`)."""
+    typed = typed_keys(conn, t) if typed is None else typed
     if isinstance(typed, str):
         raise TargetError(f"repair cannot turn {typed}: run `pgcdc resync {t.name}`")
     arrays = [[framed_values(key)[i] for key in keys] for i in range(len(t.key_columns))]

@@ -100,7 +100,7 @@ def _reset(ctx: RunContext, src: RunSource, t: AttachedTable, sync: "Callable[[]
     types = {f.name: f.dataType for f in rows.schema.fields}
     framed = canon.spark_framed([canon.delta_value(spark_ident(k), types[k]) for k in t.key_columns])
     keys = [r[0] for r in rows.selectExpr(framed).collect()]
-    queued = queue_differing(src.primary, t, keys) if keys else 0
+    queued = queue_differing(src.primary, t, keys, typed) if keys else 0
     faults.failpoint("before-rewind-commit")
     state = now.wound_back(then)
     mark_committing(src.primary, state, path)

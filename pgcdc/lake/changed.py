@@ -40,12 +40,12 @@ class _File:
     path: str = ""  # relative to the table, as the log names it
 
 
-def touched(spark: "SparkSession", path: str, since: int, then: set[str]) -> dict[str, _File] | str:
-    """The data files (by name) the commits after version `since` added or removed, given the
-    names there at `since` (`then`), or why they cannot be known (a commit the log no longer holds).
+def touched(spark: "SparkSession", path: str, since: int, latest: int, then: set[str]) -> dict[str, _File] | str:
+    """The data files (by name) the commits after version `since` (up to `latest`) added or
+    removed, given the names there at `since` (`then`), or why they cannot be known (a commit the log no longer holds).
     A file's first commit removes it with its vector at `since`; its last one says how it is now."""
     files: dict[str, _File] = {}
-    for version in range(since + 1, tablelog.latest_version(spark, path) + 1):
+    for version in range(since + 1, latest + 1):
         actions = tablelog.commit_actions(spark, path, version)
         if actions is None:
             return f"its log no longer holds commit {version} (log retention)"
@@ -71,10 +71,10 @@ def changed_since(spark: "SparkSession", path: str, since: int, keys: list[str],
     (a superset: every row a touched file gained or lost), a fan-in source's (`shard`) alone; or
     why they cannot be found. Only key columns are read."""
     then = {f.rsplit("/", 1)[-1] for f in _at(spark, path, since).inputFiles()}
-    files = touched(spark, path, since, then)
+    latest = tablelog.latest_version(spark, path)
+    files = touched(spark, path, since, latest, then)
     if isinstance(files, str):
         return files
-    latest = tablelog.latest_version(spark, path)
 
     def keys_in(version: int, names: list[str]) -> "DataFrame":
         rows = _at(spark, path, version)
@@ -93,10 +93,11 @@ def changed_since(spark: "SparkSession", path: str, since: int, keys: list[str],
         was = vectors.hidden(str(folder), files[name].vector_then)
         now = vectors.hidden(str(folder), files[name].vector_now)
         lost[files[name].path], back[files[name].path] = np.setdiff1d(now, was), np.setdiff1d(was, now)
-    # (every row of a file added or removed since, hidden ones too: more keys, never fewer)
-    whole: dict[str, np.ndarray | None] = {files[n].path: None for n in new + gone}
-    rows = _read_on_driver(spark, path, str(folder), whole | lost | {f"{p}\0back": v for p, v in back.items()},
-                           keys, shard)
+    # (every row of a file added or removed since, hidden ones too: more keys, never fewer; a
+    # file's rows are the same at every version, so a kept file's lost and shown rows read at once)
+    read: dict[str, np.ndarray | None] = {files[n].path: None for n in new + gone}
+    read |= {p: np.union1d(lost[p], back[p]) for p in lost}
+    rows = _read_on_driver(spark, path, str(folder), read, keys, shard)
     if rows is None:  # (key types the driver does not read: Spark reads the rows at those positions)
         rows = keys_in(latest, new).union(keys_in(since, gone)).union(
             _at_positions(spark, path, since, lost, keys, shard)).union(
@@ -128,8 +129,8 @@ def _at_positions(spark: "SparkSession", path: str, version: int, positions: dic
 def _read_on_driver(spark: "SparkSession", path: str, folder: str, positions: dict[str, np.ndarray | None],
                     keys: list[str], shard: int | None) -> "DataFrame | None":
     """The keys at these row positions (None: every row) of these local data files (by path
-    relative to `folder`; a "\\0back" suffix: the same file), read on the driver with pyarrow (the key columns of
-    only those files, no Spark job over them); None where the keys are not plain integers or
+    relative to `folder`), read on the driver with pyarrow (the key columns of only those files,
+    no Spark job over them); None where the keys are not plain integers or
     text, or a key is a partition column (not in the files). (Six parameters: the table, where
     it lies, which rows and what of them.)"""
     import pyarrow as pa
@@ -148,7 +149,7 @@ def _read_on_driver(spark: "SparkSession", path: str, folder: str, positions: di
     parts = []
     for relative, at in positions.items():
         if at is None or len(at):
-            table = pq.read_table(f"{folder}/{unquote(relative.split(chr(0))[0])}", columns=physical)
+            table = pq.read_table(f"{folder}/{unquote(relative)}", columns=physical)
             parts.append((table if at is None else table.take(pa.array(at.astype(np.int64)))).rename_columns(wanted))
     schema = T.StructType([fields[k] for k in keys])
     if not parts:
