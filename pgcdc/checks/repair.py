@@ -25,7 +25,7 @@ from pgcdc.checks.verify import Comparison, compare, framed_values
 from pgcdc.errors import TargetError
 from pgcdc.lake.state import load_state
 from pgcdc.source.capture import AttachedTable
-from pgcdc.source.enrich import queue_key_sql
+from pgcdc.source.enrich import queue_key_sql, replayed_at_least
 from pgcdc.source.sessions import RunSource
 from pgcdc.settings import Settings
 from pgcdc.spark.session import get_session
@@ -100,8 +100,19 @@ def _repair(spark: "SparkSession", settings: Settings, src: RunSource, t: Attach
     if before.equal or before.problem is not None or before.columns is not None or dry_run:
         return Repair(t.name, before, len(before.differing))
     queued = queue_differing(src.primary, t, before.differing)
+    _replayed(src)
     sync()
     return Repair(t.name, before, queued, compare(spark, src.reader, t, path, load_state(spark, path, key, repair=False)))
+
+
+def _replayed(src: RunSource) -> None:
+    """Wait until the reader (a standby) has replayed the queued keys: the sync and the comparison
+    after it read the queue there, and a key it has not seen yet would be neither applied nor on
+    its way. (On a primary: no wait.)"""
+    row = src.primary.execute("select pg_catalog.pg_current_wal_lsn()::text").fetchone()
+    assert row is not None
+    with src.reader.transaction():
+        src.reader.execute(replayed_at_least(row[0]))
 
 
 def typed_keys(conn: psycopg.Connection, t: AttachedTable) -> list[str] | str:
