@@ -15,7 +15,7 @@ import psycopg
 
 from pgcdc.errors import SchemaError, TableError, TargetError
 
-SCHEMA_VERSION = 17  # bump with every change to sql/; install upgrades older schemas in place
+SCHEMA_VERSION = 18  # bump with every change to sql/; install upgrades older schemas in place
 LOCK_TIMEOUT = "5s"  # how long install/attach/detach wait for a lock before they give up, naming its holder
 
 
