@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -23,6 +25,33 @@ from pgcdc.localpg import LocalPostgres, find_bindir
 
 from fixtures.ingest import Syncer
 from fixtures.pg import wait_for_replay
+
+
+@contextmanager
+def _backup(pg_server, db: psycopg.Connection, dsn: str) -> Iterator[LocalPostgres]:
+    """A base backup of the test server as of now, stopped (removed at the end)."""
+    if pg_server.local is None:
+        pytest.skip("needs the local test server (a base backup of it is taken)")
+    backup = LocalPostgres(Path(tempfile.mkdtemp(prefix="pgcdc-test-backup-")))
+    try:
+        backup.start_standby_of(pg_server.local)
+        wait_for_replay(db, backup.dsn(conninfo_to_dict(dsn)["dbname"]))
+        backup.stop()
+        yield backup
+    finally:
+        backup.stop(remove=True)
+
+
+def _restored(backup: LocalPostgres, syncer: Syncer, dsn: str, txids: int = 60) -> Syncer:
+    """The backup started as the primary (the restore: same system identifier), new traffic
+    past Delta's watermarks; a Syncer on it, writing the same Delta tables."""
+    (backup.datadir / "standby.signal").unlink()
+    backup.start()
+    restored = Syncer(syncer.spark, backup.dsn(conninfo_to_dict(dsn)["dbname"]), syncer.root)
+    with psycopg.connect(restored.dsn, autocommit=True) as r:
+        for _ in range(txids):
+            r.execute("select pg_current_xact_id()")
+    return restored
 
 
 def test_restore_to_an_earlier_point_is_refused_until_reset_watermark(
@@ -83,31 +112,20 @@ def test_reset_watermark_reads_again_only_the_rows_delta_changed_after_the_resto
     then reset again: every table equals the restored database, only the changed rows read again."""
     import pgcdc.faults
 
-    if pg_server.local is None:
-        pytest.skip("needs the local test server (a base backup of it is taken)")
-    dbname = conninfo_to_dict(dsn)["dbname"]
     for name in ("t", "still"):
         db.execute(f"create table {name} (id int primary key, v text)")
         db.execute(f"insert into {name} select i, 'a' from generate_series(1, 200) i")
         capture.attach(db, name)
     syncer.run(engine=engine)
     db.execute("update t set v = 'before the backup, not synced' where id = 50")
-    backup = LocalPostgres(Path(tempfile.mkdtemp(prefix="pgcdc-test-backup-")))
-    try:
-        backup.start_standby_of(pg_server.local)
-        wait_for_replay(db, backup.dsn(dbname))
-        backup.stop()
+    with _backup(pg_server, db, dsn) as backup:
         db.execute("update t set v = 'lost' where id <= 5")
         db.execute("delete from t where id between 6 and 8")
         db.execute("insert into t select i, 'lost' from generate_series(1000, 1004) i")
         syncer.run(engine=engine)
-        (backup.datadir / "standby.signal").unlink()
-        backup.start()
-        restored = Syncer(syncer.spark, backup.dsn(dbname), syncer.root)
+        restored = _restored(backup, syncer, dsn)
         with psycopg.connect(restored.dsn, autocommit=True) as r:
             r.execute("update t set v = 'after the restore' where id = 9")
-            for _ in range(60):
-                r.execute("select pg_current_xact_id()")
         settings = restored.settings(engine=engine)
 
         def act(name: str) -> None:
@@ -129,8 +147,6 @@ def test_reset_watermark_reads_again_only_the_rows_delta_changed_after_the_resto
             r.execute("delete from t where id = 2")
         assert restored.run(engine=engine)["public.t"].events == 1
         restored.assert_equal("public.t")
-    finally:
-        backup.stop(remove=True)
 
 
 def test_dump_restored_into_the_same_cluster_is_refused_until_reset_watermark(

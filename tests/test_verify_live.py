@@ -140,3 +140,40 @@ def test_a_repair_killed_after_queueing_is_finished_by_the_next_run(db: psycopg.
         with db.transaction():  # (the next round: rows behind pgcdc's back again)
             db.execute("set local session_replication_role = replica")
             db.execute("update r set v = 'behind again' where id % 70 = 0")
+
+
+def test_a_rewrite_overtaking_verifys_snapshot_is_compared_again_not_named_as_every_row_gone(
+        db: psycopg.Connection, syncer: Syncer, monkeypatch) -> None:
+    """A column widened (PostgreSQL rewrites the table) after verify took its snapshot and before
+    it read the rows: that snapshot sees the table empty (rewrites are not MVCC-safe). Verify
+    compares again and finds Delta equal; in a transaction of the caller's, which it cannot take
+    again, it says it could not compare."""
+    import pgcdc.checks.verify as verifying
+
+    db.execute("create table w (id int primary key, n int)")
+    db.execute("insert into w select i, i from generate_series(1, 300) i")
+    capture.attach(db, "w")
+    syncer.run()
+    [t] = [a for a in capture.list_attached(db) if a.name == "public.w"]
+    original = verifying.canon.pg_columns
+    other = psycopg.connect(syncer.dsn, autocommit=True)
+
+    def columns_then_rewrite(conn: psycopg.Connection, name: str):  # (the snapshot is taken by now)
+        found = original(conn, name)
+        if not other.closed:
+            other.execute("set lock_timeout = '30s'")
+            other.execute("alter table w alter column n type bigint")
+            other.close()
+        return found
+    monkeypatch.setattr(verifying.canon, "pg_columns", columns_then_rewrite)
+    with psycopg.connect(syncer.dsn, autocommit=True) as conn:
+        [found] = verify(syncer.spark, conn, str(syncer.root), [t], consumer="test")
+    assert other.closed and found.equal, found.line()
+    other = psycopg.connect(syncer.dsn, autocommit=True)
+    monkeypatch.setattr(verifying.canon, "pg_columns", lambda conn, name: (
+        original(conn, name), other.closed or other.execute("alter table w alter column n type int"), other.close())[0])
+    with psycopg.connect(syncer.dsn) as conn:  # (a transaction of the caller's, its snapshot taken)
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.execute("select 1")
+        [found] = verify(syncer.spark, conn, str(syncer.root), [t], consumer="test")
+    assert found.problem is not None and "public.w (w) was rewritten" in found.problem, found.line()

@@ -138,16 +138,37 @@ def compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable,
                           problem=f"{path} references data files that are gone ({', '.join(gone)}, ...): no reader can "
                                   "read it")
     try:
-        version = tablelog.latest_version(spark, path)  # (after the state, before PostgreSQL's snapshot)
         # (a caller's transaction already open on `conn` is read in as it is, with its own isolation)
         opened = conn.autocommit or conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        with conn.transaction():
-            if opened:
-                conn.execute("set transaction isolation level repeatable read, read only")
-            return _compare(spark, conn, t, path, version, state)
+        for _ in range(REWRITE_TRIES if opened else 1):
+            version = tablelog.latest_version(spark, path)  # (after the state, before PostgreSQL's snapshot)
+            with conn.transaction():
+                if opened:
+                    conn.execute("set transaction isolation level repeatable read, read only")
+                done = _compare(spark, conn, t, path, version, state)
+                rewritten = _rewritten(conn, t)
+            if rewritten is None:
+                return done
+        return Comparison(t.name, path, 0, 0, 0, 0, problem=f"{rewritten} was rewritten (ALTER TABLE, TRUNCATE, "
+                          "VACUUM FULL) while it was read: a snapshot older than a rewrite may see no rows",
+                          next_step="run verify again")
     except Py4JJavaError as exc:
         return Comparison(t.name, path, 0, 0, 0, 0, problem=f"Spark cannot read {path}: {first_line(exc)}",
                           next_step=f"if no other reader can either, {again}")
+
+
+REWRITE_TRIES = 3  # comparisons made again when a rewrite of the table overtook the snapshot
+
+
+def _rewritten(conn: "psycopg.Connection", t: AttachedTable) -> str | None:
+    """The table (or partition) rewritten since the open transaction's snapshot, or None: as of
+    the snapshot pg_class names its old file, the catalog as it is now the new one (as
+    pgcdc._columns_are checks for the sync's reads)."""
+    row = conn.execute("select min(c.relname) from pg_catalog.pg_class c where (c.oid = %s::regclass or c.oid in "
+                       "(select relid from pg_catalog.pg_partition_tree(%s::regclass))) and c.relkind in ('r', 'm') "
+                       "and c.relfilenode is distinct from pg_catalog.pg_relation_filenode(c.oid)",
+                       (t.name, t.name)).fetchone()
+    return None if row is None or row[0] is None else f"{t.name} ({row[0]})"
 
 
 def _compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable, path: str, version: int,

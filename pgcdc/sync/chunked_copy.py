@@ -33,6 +33,7 @@ from pgcdc.source.chunks import CutKey
 from pgcdc.source.mirror import mark_committing, register_table, resync_reason
 from pgcdc.sync.context import RunContext, TableWork
 from pgcdc.sync.progress import Meter, reached
+from pgcdc.sync.report import rewritten
 from pgcdc.watermark import ConsumerState, CopyProgress, TxidSet
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def copy_in_chunks(ctx: RunContext, w: TableWork, key: CutKey, state: ConsumerSt
                 meter = Meter(ctx, t.name, state.copy, rows)
             assert state.copy is not None
             took, keys = time.monotonic(), state.copy.rows
-            state, n = _chunk(ctx, w, key, state, _Size(rows, parts), first)
+            state, n = _chunk_read_again(ctx, w, key, state, _Size(rows, parts), first)
             if state.copy is not None:  # (the keys it covered: with a predicate it finds fewer rows)
                 rows = paced_rows(s.copies, first_rows, state.copy.rows - keys, time.monotonic() - took)
             first, read = False, read + n
@@ -134,6 +135,24 @@ class _Size:
 
     rows: int
     parts: int
+
+
+REWRITE_TRIES = 3  # reads of a chunk whose snapshot a rewrite of the table overtook
+
+
+def _chunk_read_again(ctx: RunContext, w: TableWork, key: CutKey, state: ConsumerState, size: _Size,
+                      first: bool) -> tuple[ConsumerState, int]:
+    """_chunk, read again in a new snapshot where a rewrite of the table (a TRUNCATE, which its
+    T event then brings to Delta, an ALTER TABLE) overtook the chunk's (nothing was committed:
+    the chunk is the same)."""
+    for attempt in range(REWRITE_TRIES):
+        try:
+            return _chunk(ctx, w, key, state, size, first)
+        except Exception as exc:
+            if not rewritten(exc) or attempt == REWRITE_TRIES - 1:
+                raise
+            ctx.say(f"{w.t.name}: rewritten while its chunk was read: reading the chunk again", log=_log)
+    raise AssertionError("unreachable")
 
 
 def _chunk(ctx: RunContext, w: TableWork, key: CutKey, state: ConsumerState, size: _Size,

@@ -42,7 +42,7 @@ from pgcdc.sync.apply import Planned, apply_batch
 from pgcdc.sync.context import RunContext, TableWork
 from pgcdc.sync.evolution import in_place
 from pgcdc.sync.partition_step import replace_partitions, truncated_rows
-from pgcdc.sync.pass_cut import PassCut, leave
+from pgcdc.sync.pass_cut import PassCut, leave, overtaken
 from pgcdc.sync.plan import check_state, copy_reason, next_step, table_path, with_mirror
 from pgcdc.sync.report import TableReport
 from pgcdc.watermark import ConsumerState
@@ -294,7 +294,8 @@ class Job:
                         return state, cut, w
                 return apply_batch(self.ctx, engine, w, planned, state, cut), cut, w
             except ColumnsChanged as changed:  # DDL since the run began: in place, then the batch, or a copy
-                self.say(f"{w.t.name}: its columns changed while this run read it ({changed})")
+                said, left = overtaken(str(changed))
+                self.say(f"{w.t.name}: {said}")
                 w = replace(w, columns=table_columns(w.reader, w.t.name))
                 why = f"its columns changed: {changed}"
                 if w.t.into is None:  # (with on_schema_change = "fail" the table's sync stops here)
@@ -302,7 +303,7 @@ class Job:
                     parts = None if rows is None else truncated_rows(w, batch)  # (by the columns' new names)
                     if moved is None and not isinstance(parts, str):
                         # (the pass's snapshot shows the old columns: read as the rows are now)
-                        cut = leave(cut, w.t, f"its columns changed during the pass ({changed})", self.routine)
+                        cut = leave(cut, w.t, left, self.routine)
                         if parts is not None:
                             state = replace_partitions(self.ctx, w, parts, state, batch, cut)
                             if batch.keys == 0:

@@ -35,6 +35,7 @@ from pgcdc.lake import cuts, tablelog
 from pgcdc.lake.cuts import CutTable
 from pgcdc.lake.state import app_id
 from pgcdc.source import events, snapshots
+from pgcdc.sync.report import REWRITTEN
 from pgcdc.source.mirror import mirrored
 from pgcdc.watermark import state_key
 
@@ -210,6 +211,15 @@ def taken(primary: "psycopg.Connection", connect_reader: "Callable[[], psycopg.C
 
 TRUNCATED = ("it was truncated or rewritten after the pass's snapshot, which PostgreSQL then shows empty to "
              "that snapshot (neither is MVCC-safe): the next pass copies it")
+
+
+def overtaken(changed: str) -> tuple[str, str]:
+    """What a run says of a table whose read failed for DDL since the run checked it (`changed`:
+    PostgreSQL's words), and why the table leaves the pass's cut: a rewrite, or its columns."""
+    if REWRITTEN in changed:
+        return (f"rewritten while this run read it ({changed})", "it was truncated or rewritten after the pass's "
+                "snapshot, which PostgreSQL then shows empty to that snapshot: its batch read as the rows are now")
+    return f"its columns changed while this run read it ({changed})", f"its columns changed during the pass ({changed})"
 
 
 def drop_truncated(primary: "psycopg.Connection", cut: PassCut) -> None:

@@ -115,3 +115,12 @@ def raced(exc: BaseException) -> bool:
     if state is not None:
         return state.startswith(_RACED_STATES)
     return isinstance(exc, psycopg.OperationalError) or _RACED_TEXT.search(str(exc)) is not None
+
+
+REWRITTEN = "was rewritten while it was read"  # (pgcdc._columns_are's words: sql/functions/columns_are.sql)
+
+
+def rewritten(exc: BaseException) -> bool:
+    """Whether `exc` is a read refused because a rewrite of its table (TRUNCATE, ALTER TABLE)
+    overtook its snapshot (pgcdc._columns_are): read in a new snapshot, it may go through."""
+    return source_state(exc) == UNDEFINED_COLUMN and REWRITTEN in first_line(exc)
