@@ -31,7 +31,7 @@ from pgcdc.source.capture import AttachedTable
 from pgcdc.checks import canon
 from pgcdc.checks.in_flight import on_their_way
 from pgcdc.sync.plan import table_path
-from pgcdc.sync.report import first_line
+from pgcdc.sync.report import REWRITE_TRIES, first_line
 from pgcdc.watermark import ConsumerState, state_key
 
 if TYPE_CHECKING:
@@ -155,9 +155,6 @@ def compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable,
     except Py4JJavaError as exc:
         return Comparison(t.name, path, 0, 0, 0, 0, problem=f"Spark cannot read {path}: {first_line(exc)}",
                           next_step=f"if no other reader can either, {again}")
-
-
-REWRITE_TRIES = 3  # comparisons made again when a rewrite of the table overtook the snapshot
 
 
 def _rewritten(conn: "psycopg.Connection", t: AttachedTable) -> str | None:

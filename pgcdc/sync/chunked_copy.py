@@ -33,7 +33,7 @@ from pgcdc.source.chunks import CutKey
 from pgcdc.source.mirror import mark_committing, register_table, resync_reason
 from pgcdc.sync.context import RunContext, TableWork
 from pgcdc.sync.progress import Meter, reached
-from pgcdc.sync.report import rewritten
+from pgcdc.sync.report import REWRITE_TRIES, rewritten
 from pgcdc.watermark import ConsumerState, CopyProgress, TxidSet
 
 if TYPE_CHECKING:
@@ -137,22 +137,19 @@ class _Size:
     parts: int
 
 
-REWRITE_TRIES = 3  # reads of a chunk whose snapshot a rewrite of the table overtook
-
-
 def _chunk_read_again(ctx: RunContext, w: TableWork, key: CutKey, state: ConsumerState, size: _Size,
                       first: bool) -> tuple[ConsumerState, int]:
     """_chunk, read again in a new snapshot where a rewrite of the table (a TRUNCATE, which its
     T event then brings to Delta, an ALTER TABLE) overtook the chunk's (nothing was committed:
     the chunk is the same)."""
-    for attempt in range(REWRITE_TRIES):
+    for _ in range(REWRITE_TRIES - 1):
         try:
             return _chunk(ctx, w, key, state, size, first)
         except Exception as exc:
-            if not rewritten(exc) or attempt == REWRITE_TRIES - 1:
+            if not rewritten(exc):
                 raise
             ctx.say(f"{w.t.name}: rewritten while its chunk was read: reading the chunk again", log=_log)
-    raise AssertionError("unreachable")
+    return _chunk(ctx, w, key, state, size, first)
 
 
 def _chunk(ctx: RunContext, w: TableWork, key: CutKey, state: ConsumerState, size: _Size,

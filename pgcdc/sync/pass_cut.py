@@ -35,8 +35,8 @@ from pgcdc.lake import cuts, tablelog
 from pgcdc.lake.cuts import CutTable
 from pgcdc.lake.state import app_id
 from pgcdc.source import events, snapshots
-from pgcdc.sync.report import REWRITTEN
 from pgcdc.source.mirror import mirrored
+from pgcdc.sync.report import REWRITTEN
 from pgcdc.watermark import state_key
 
 if TYPE_CHECKING:

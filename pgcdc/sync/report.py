@@ -118,6 +118,7 @@ def raced(exc: BaseException) -> bool:
 
 
 REWRITTEN = "was rewritten while it was read"  # (pgcdc._columns_are's words: sql/functions/columns_are.sql)
+REWRITE_TRIES = 3  # reads made in all where a rewrite of the table overtook the snapshot (a chunk's, verify's)
 
 
 def rewritten(exc: BaseException) -> bool:

@@ -8,7 +8,7 @@
 -- MVCC-safe, and a snapshot taken before one sees the table empty. pg_class
 -- as of the query's snapshot then names the old file, the catalog as it is now
 -- (pg_relation_filenode, the lock the query holds taken) the new one.
--- Touches: nothing (reads pgcdc.attached and pg_attribute).
+-- Touches: nothing (reads pgcdc.attached, pg_attribute and pg_class).
 create or replace function pgcdc._columns_are(p_table_id int, p_columns text[])
 returns boolean
 language plpgsql
