@@ -19,6 +19,14 @@ Every command exits with one of the codes below, the same in every command (docs
 a scheduler retries FAILURE and BUSY, and pages a person for ATTENTION and USAGE.
 """
 
+from __future__ import annotations
+
+import re
+from contextlib import suppress
+
+import psycopg
+
+
 OK = 0  # done; healthy
 ATTENTION = 1  # the command ran and found something a person must look at (status, verify)
 USAGE = 2  # bad arguments or settings, or something pgcdc refuses until a person acts
@@ -80,3 +88,21 @@ class StoppedError(PgcdcError, RuntimeError):
     committed stays, the next run goes on from there."""
 
     exit_code = INTERRUPTED
+
+
+def first_line(exc: BaseException) -> str:
+    """What `pgcdc status` shows of a failed run: the error's first line (for a JVM error, the
+    JVM exception's own message, not Py4J's "An error occurred while calling ..."), its type if empty."""
+    java = getattr(exc, "java_exception", None)
+    text = str(exc)
+    if java is not None:
+        with suppress(Exception):
+            text = str(java.toString())
+        # PostgreSQL's own error (a value refused by pgcdc._unfit, ...) deep inside Spark's task failure
+        source = re.search(r"PSQLException: ERROR: (.*)", str(exc))
+        if source is not None:
+            return f"PostgreSQL: {source.group(1).strip()[:500]}"
+    if isinstance(exc, psycopg.Error) and exc.diag.message_primary:
+        return f"PostgreSQL: {exc.diag.message_primary[:500]}"
+    lines = text.strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__

@@ -331,7 +331,7 @@ def test_column_names_delta_accepts_only_with_column_mapping_land_exactly(db: ps
     """A table whose column names hold a space, comma, '=' (...) gets Delta column mapping
     (name mode) when its Delta table is created; a column renamed so later turns it on when
     the table is copied. Both stay exact through batches (verify, independent of the sync)."""
-    from pgcdc.checks import verify
+    from pgcdc.diff import rows as verify
 
     db.execute('create table odd (id int primary key, "my col" text, "a,b" int, "x=y(z)" date)')
     db.execute("create table plain (id int primary key, v text)")

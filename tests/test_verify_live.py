@@ -1,4 +1,4 @@
-"""`pgcdc verify` while the application writes (checks/in_flight.py): no difference on a correct
+"""`pgcdc verify` while the application writes (diff/in_flight.py): no difference on a correct
 sync, whatever the writers do meanwhile; a row changed behind pgcdc's back (capture bypassed,
 or the Delta table written by another tool) named, with what to do. Real PostgreSQL, real
 Spark + Delta; the writer runs at ~1000 rows/s on a thread of its own."""
@@ -148,7 +148,7 @@ def test_a_rewrite_overtaking_verifys_snapshot_is_compared_again_not_named_as_ev
     it read the rows: that snapshot sees the table empty (rewrites are not MVCC-safe). Verify
     compares again and finds Delta equal; in a transaction of the caller's, which it cannot take
     again, it says it could not compare."""
-    import pgcdc.checks.verify as verifying
+    import pgcdc.diff.rows as verifying
 
     db.execute("create table w (id int primary key, n int)")
     db.execute("insert into w select i, i from generate_series(1, 300) i")

@@ -28,8 +28,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from pgcdc import faults
-from pgcdc.checks import canon
-from pgcdc.checks.repair import queue_differing, typed_keys
+from pgcdc.diff import canon
+from pgcdc.diff.queue import queue_differing, replayed, typed_keys
 from pgcdc.lake import changed, copy_writes, target
 from pgcdc.lake.paths import spark_ident
 from pgcdc.lake.state import load_state, state_from_history
@@ -105,6 +105,7 @@ def _reset(ctx: RunContext, src: RunSource, t: AttachedTable, sync: "Callable[[]
     state = now.wound_back(then)
     mark_committing(src.primary, state, path)
     ctx.committed(src.primary, path, state, copy_writes.state_alone(ctx.spark, path, state))
+    replayed(src.primary, src.reader)  # (the sync reads the queued keys on the reader)
     return Reset(t.name, sync(), queued)
 
 

@@ -32,7 +32,8 @@ from pgcdc.lake.paths import check_target_root
 from pgcdc.settings import describe, masked_dsn
 from pgcdc.source import access, capture, consumers
 from pgcdc.source.db import connect, server
-from pgcdc.sync.report import RACED, first_line, raced
+from pgcdc.sync.report import RACED, raced
+from pgcdc.errors import first_line
 from pgcdc.checks.status import age, status_data, status_report, table_lines
 
 if TYPE_CHECKING:

@@ -168,6 +168,9 @@ def numbers(columns: list[Column]) -> dict[str, int]:
     return {c.name: c.attnum for c in columns}
 
 
+REWRITE_TRIES = 3  # reads made in all where a rewrite of the table overtook the snapshot (a chunk's, verify's)
+
+
 def unchanged(table_id: int, columns: list[Column]) -> str:
     """A condition for a query reading the table's rows: true while the columns its sync reads are
     still `columns` (number, name, type and modifier), else it fails the query

@@ -33,7 +33,8 @@ from pgcdc.source.chunks import CutKey
 from pgcdc.source.mirror import mark_committing, register_table, resync_reason
 from pgcdc.sync.context import RunContext, TableWork
 from pgcdc.sync.progress import Meter, reached
-from pgcdc.sync.report import REWRITE_TRIES, rewritten
+from pgcdc.source.columns import REWRITE_TRIES
+from pgcdc.sync.report import rewritten
 from pgcdc.watermark import ConsumerState, CopyProgress, TxidSet
 
 if TYPE_CHECKING:

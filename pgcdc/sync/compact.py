@@ -33,7 +33,7 @@ from pgcdc.spark.jvm import SideThread
 from pgcdc.spark.session import side_session
 from pgcdc.sync import plan
 from pgcdc.sync.plan import table_path
-from pgcdc.sync.report import first_line
+from pgcdc.errors import first_line
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from pgcdc.lake import shards, target
 from pgcdc.lake.paths import target_path
 from pgcdc.lake.state import read_state_file, remove_state_file
-from pgcdc.sync.report import first_line
+from pgcdc.errors import first_line
 from pgcdc.watermark import state_key
 
 if TYPE_CHECKING:

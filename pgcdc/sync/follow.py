@@ -31,7 +31,8 @@ from pgcdc.source.db import connect
 from pgcdc.sync import compact
 from pgcdc.sync.ingest import Job
 from pgcdc.sync.metrics import Metrics
-from pgcdc.sync.report import TableReport, first_line
+from pgcdc.sync.report import TableReport
+from pgcdc.errors import first_line
 from pgcdc.sync.runs import run_tables
 from pgcdc.sync.signals import Stopper
 

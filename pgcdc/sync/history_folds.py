@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from pgcdc import records
 from pgcdc.lake import catalog, history, shards
 from pgcdc.sync.context import RunContext
-from pgcdc.sync.report import first_line
+from pgcdc.errors import first_line
 
 if TYPE_CHECKING:
     from pgcdc.source.capture import AttachedTable

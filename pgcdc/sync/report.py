@@ -11,6 +11,7 @@ from datetime import datetime
 import psycopg
 
 from pgcdc import records
+from pgcdc.errors import first_line
 from pgcdc.source.batch_read import ColumnsChanged
 
 
@@ -43,24 +44,6 @@ class TableReport:
         return (f"{self.table}: {what}{self.events} events in {self.batches} batches, {self.upserted} upserted, "
                 f"{self.deleted} deleted; watermark {self.watermark}; {self.pending_events} events pending "
                 f"-> {self.path}")
-
-
-def first_line(exc: BaseException) -> str:
-    """What `pgcdc status` shows of a failed run: the error's first line (for a JVM error, the
-    JVM exception's own message, not Py4J's "An error occurred while calling ..."), its type if empty."""
-    java = getattr(exc, "java_exception", None)
-    text = str(exc)
-    if java is not None:
-        with suppress(Exception):
-            text = str(java.toString())
-        # PostgreSQL's own error (a value refused by pgcdc._unfit, ...) deep inside Spark's task failure
-        source = re.search(r"PSQLException: ERROR: (.*)", str(exc))
-        if source is not None:
-            return f"PostgreSQL: {source.group(1).strip()[:500]}"
-    if isinstance(exc, psycopg.Error) and exc.diag.message_primary:
-        return f"PostgreSQL: {exc.diag.message_primary[:500]}"
-    lines = text.strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__
 
 
 # SQLSTATEs of a source that changed under a run: a column or table gone (DDL between the run's
@@ -118,7 +101,6 @@ def raced(exc: BaseException) -> bool:
 
 
 REWRITTEN = "was rewritten while it was read"  # (pgcdc._columns_are's words: sql/functions/columns_are.sql)
-REWRITE_TRIES = 3  # reads made in all where a rewrite of the table overtook the snapshot (a chunk's, verify's)
 
 
 def rewritten(exc: BaseException) -> bool:

@@ -34,7 +34,8 @@ from pgcdc.sync.plan import table_path
 from pgcdc.sync.departed import remove_departed
 from pgcdc.sync.idle import pass_idle
 from pgcdc.sync.ingest import Job
-from pgcdc.sync.report import RACED, TableReport, first_line, raced
+from pgcdc.sync.report import RACED, TableReport, raced
+from pgcdc.errors import first_line
 from pgcdc.sync.signals import Stopper
 
 if TYPE_CHECKING:
