@@ -62,6 +62,7 @@ class TableDone(Record):
     upserted: int
     deleted: int
     copied: int | None
+    reconciled: int | None
     watermark: int
     pending_events: int
     oldest_pending: Any  # (a datetime, or None)

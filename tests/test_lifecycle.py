@@ -159,7 +159,8 @@ def test_each_verify_outcome_names_its_own_next_step(db: psycopg.Connection, syn
     capture.detach(db, "t")
     capture.attach(db, "t")
     line = outcome()
-    assert "public.t was detached and attached again since" in line and "run `pgcdc resync public.t`" in line, line
+    assert "public.t was detached and attached again since" in line and "run `pgcdc ingest`, which reconciles it by " \
+        "range" in line, line
     for data in Path(path).glob("*.parquet"):
         data.unlink()
     line = outcome()
@@ -203,22 +204,18 @@ def test_a_renamed_table_keeps_its_delta_table_and_a_rename_back_revives_nothing
 def test_attaching_again_with_another_key_never_reinterprets_pending_events(db: psycopg.Connection,
                                                                           syncer) -> None:
     """`attach --key code` while events queued under `id` were pending read those ids as codes,
-    deleted 100 rows downstream and lost 100 updates. Now the table is attached anew: the run
-    stops naming resync (status says so), and the resync is exact."""
-    from pgcdc.sync.ingest import Job
-    from pgcdc.sync.runs import resync_tables
-
+    deleted 100 rows downstream and lost 100 updates. Now the table is attached anew: its Delta
+    table, keyed by id, cannot be reconciled by code, so the run copies it, saying why, and
+    the pending events of the old attachment are never read."""
     db.execute("create table t (id int primary key, code text not null unique, v int)")
     db.execute("insert into t select i, 'c' || (1000 - i), 0 from generate_series(1, 100) i")
     capture.attach(db, "t")
     syncer.run()
     db.execute("update t set v = 1")  # pending, queued by id
     capture.attach(db, "t", key=["code"])
-    with pytest.raises(TargetError, match=r"attached again with another key or predicate.*`pgcdc resync public.t`"):
-        syncer.run()
-    report, healthy = status_report(db)
-    assert not healthy and "pgcdc resync public.t" in report
-    resync_tables(Job(syncer.settings(), syncer.spark, syncer.lines.append), ["public.t"])
+    report = syncer.run()["public.t"]
+    assert report.copied == 100 and report.reconciled is None
+    assert any("keyed by id, the table now by code" in line for line in syncer.lines), syncer.lines[-3:]
     db.execute("update t set v = 2 where id <= 10")
     syncer.run()
     pg = sorted(db.execute("select id, code, v from t").fetchall())
@@ -375,10 +372,9 @@ def test_with_on_schema_change_fail_a_column_change_stops_the_table_naming_resyn
     assert delta == pg == [(1, "x", 42)]
 
 
-def test_detach_attach_needs_resync_and_resync_repairs(db: psycopg.Connection, syncer) -> None:
-    from pgcdc.sync.ingest import Job
-    from pgcdc.sync.runs import resync_tables
-
+def test_detach_attach_reconciles_what_changed_in_between(db: psycopg.Connection, syncer) -> None:
+    """A change made while the table was detached is found by the run after it is attached again
+    (reconciled by range: sync/reconcile.py, tests/test_reconcile.py) and synced like any other."""
     db.execute("create table t (id int primary key, v text)")
     db.execute("insert into t values (1, 'a'), (2, 'b')")
     capture.attach(db, "t")
@@ -386,14 +382,12 @@ def test_detach_attach_needs_resync_and_resync_repairs(db: psycopg.Connection, s
     capture.detach(db, "t")
     db.execute("update t set v = 'lost' where id = 1")  # not captured while detached
     capture.attach(db, "t")
-    with pytest.raises(TargetError, match=r"detached and attached again .* run `pgcdc resync public.t`"):
-        syncer.run()
+    assert syncer.run()["public.t"].reconciled == 1
+    assert _delta_rows(syncer, "public.t", "id, v") == [(1, "lost"), (2, "b")]
     db.execute("alter table t add column extra int default 7")
-    resync_tables(Job(syncer.settings(), syncer.spark, syncer.lines.append), ["t"])
-    syncer.assert_equal("public.t")
     db.execute("update t set v = 'after' where id = 2")
     assert syncer.run()["public.t"].events == 1
-    syncer.assert_equal("public.t")
+    assert _delta_rows(syncer, "public.t", "id, v, extra") == [(1, "lost", 7), (2, "after", 7)]
 
 
 def _cli(cfg: Path, *args: str, env: dict[str, str] | None = None):

@@ -70,7 +70,7 @@ def _rows_step(spark: "SparkSession", t: AttachedTable, path: str, consumer: str
         return f"consumer {consumer}'s state in {path} is missing: {again}"
     if state.table_id != t.table_id:
         return (f"{t.name} was detached and attached again since {path} was synced (changes in between were not "
-                f"captured): run `pgcdc resync {t.name}`")
+                f"captured): run `pgcdc ingest`, which reconciles it by range (only the rows that differ rewritten)")
     others = tablelog.writes_since(spark, path, app_id(state.key),
                                    siblings=app_id(consumer) + "@" if t.into is not None else "")  # (state_key's)
     if others:

@@ -19,6 +19,7 @@ from pgcdc.cli.spark_commands import (
     cmd_compact,
     cmd_demo,
     cmd_ingest,
+    cmd_adopt,
     cmd_repair,
     cmd_reset_watermark,
     cmd_resync,
@@ -272,6 +273,9 @@ def _sync_commands(add: _Add) -> None:
             "Python (any directory, venv not activated); spark-submit options follow, e.g. --master spark://...")
     p.add_argument("spark_args", nargs=argparse.REMAINDER, help="options passed to spark-submit first")
     p = add("resync", cmd_resync, "copy tables into Delta again from scratch (after re-attach, restore, schema change)")
+    p.add_argument("tables", nargs="+", metavar="TABLE")
+    p = add("adopt", cmd_adopt, "take over a Delta table another tool wrote at a table's place under target.root: "
+            "only the rows that differ from PostgreSQL's are rewritten (no copy)")
     p.add_argument("tables", nargs="+", metavar="TABLE")
     add("reset-watermark", cmd_reset_watermark,
         "after a database restore or a failover to a lagging standby: read again the rows Delta changed "

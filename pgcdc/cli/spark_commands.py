@@ -18,6 +18,7 @@ from pgcdc.spark.session import get_session
 from pgcdc.sync.compact import compact
 from pgcdc.sync.follow import follow
 from pgcdc.sync.runs import preflight, resync, run
+from pgcdc.checks.adopt import adopt
 from pgcdc.checks.repair import repair
 from pgcdc.checks.rewind import reset_watermark
 from pgcdc.checks.verify import verify
@@ -106,6 +107,15 @@ def cmd_repair(args: argparse.Namespace) -> int:
         print("dry run: nothing queued or written")
         return errors.OK if all(r.before.equal for r in results) else errors.ATTENTION
     return errors.OK if all(r.done for r in results) else errors.ATTENTION
+
+
+def cmd_adopt(args: argparse.Namespace) -> int:
+    """Take over Delta tables another tool wrote, reconciled by range instead of copied."""
+    settings = _settings(args)
+    reports = adopt(settings, args.tables, say=print)
+    print(f"adopted {len(reports)} table(s) for consumer {settings.consumer}; later changes follow with `pgcdc "
+          "ingest`")
+    return errors.OK
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -227,8 +227,9 @@ def check_owner(spark: "SparkSession", path: str, consumer: str, table: str | No
                           f"but {table or 'the table'} lands there {'as' if fan_in else 'not as'} a fan-in's source; "
                           "set another target.root, or move that table away")
     if owner is None:
-        raise TargetError(f"Delta table {path} was not created by pgcdc; choose another target.root "
-                          "or move that table away")
+        raise TargetError(f"Delta table {path} was not created by pgcdc; choose another target.root or move that "
+                          f"table away, or, if it holds {table or 'the table'}'s rows, take it over with `pgcdc adopt "
+                          f"{table or 'TABLE'}` (only the rows that differ are rewritten)")
     if owner != consumer or (table is not None and source != table):
         raise TargetError(f"Delta table {path} belongs to consumer {owner} (source {source}), not to consumer "
                           f"{consumer} (source {table}); set another consumer name or target.root")
@@ -304,3 +305,21 @@ def map_columns(spark: "SparkSession", path: str, log: "tablelog.LogState") -> N
     if not maps_columns(log):
         props = ", ".join(f"'{k}' = '{v}'" for k, v in _COLUMN_MAPPING.items())
         spark.sql(f"alter table delta.{spark_ident(path)} set tblproperties ({props})")
+
+
+def adopt(spark: "SparkSession", path: str, consumer: str, table: str) -> bool:
+    """Mark a Delta table another writer made as the consumer's table of `table` (one metadata
+    commit), so runs sync it; False if it is the consumer's already. Refuses one that another
+    consumer (or source table) owns, or a fan-in's."""
+    log = tablelog.read_state(spark, path, need_txns=False)
+    owner, source = log.configuration.get(OWNER), log.configuration.get(SOURCE)
+    if owner == consumer and source == table:
+        return False
+    if owner is not None:
+        raise TargetError(f"Delta table {path} belongs to consumer {owner} (source {source}) already: adopt takes over "
+                          "only a Delta table pgcdc did not make; set another consumer name or target.root")
+    props = ", ".join(f"'{k}' = '{v.replace(chr(39), chr(39) * 2)}'" for k, v in
+                      {OWNER: consumer, SOURCE: table, "delta.checkpointInterval": checkpoint_interval(table)}.items())
+    with conflicts(path, "taking the table over"):
+        spark.sql(f"alter table delta.{spark_ident(path)} set tblproperties ({props})")
+    return True

@@ -7,7 +7,7 @@ options ask for (step 1), the fast path of a table with nothing to apply (2), th
 batches start from: a first copy, a copy in chunks resumed (3), batch after batch (4), then
 the finish: history, mirrored state, report. What a table needs is decided in
 pgcdc/sync/plan.py; a copy is pgcdc/sync/copies.py (in chunks: chunked_copy.py); one batch
-applied is pgcdc/sync/apply.py, by the engine pgcdc/engines picks. Every step receives the
+is pgcdc/sync/batch_step.py (applied: pgcdc/sync/apply.py, by the engine pgcdc/engines picks). Every step receives the
 run's context (sync/context.py) and the table's work (`TableWork`), never the Job. The loop
 over the tables, and the run's bookkeeping, is pgcdc/sync/runs.py.
 """
@@ -36,14 +36,13 @@ from pgcdc.source.events import pending
 from pgcdc.source.mirror import mirror_state, mirrored
 from pgcdc.source.sessions import RunSource, SourceConnections, run_source
 from pgcdc.spark import storage
-from pgcdc.sync import copies, history_folds
-from pgcdc.source.batch_read import ColumnsChanged
-from pgcdc.sync.apply import Planned, apply_batch
+from pgcdc.sync import copies, history_folds, reconcile
+from pgcdc.sync.apply import Planned
+from pgcdc.sync.batch_step import batch_step, moved
 from pgcdc.sync.context import RunContext, TableWork
 from pgcdc.sync.evolution import in_place
-from pgcdc.sync.partition_step import replace_partitions, truncated_rows
-from pgcdc.sync.pass_cut import PassCut, leave, overtaken
-from pgcdc.sync.plan import check_state, copy_reason, next_step, table_path, with_mirror
+from pgcdc.sync.pass_cut import PassCut, leave
+from pgcdc.sync.plan import Recopy, check_state, copy_reason, table_path, with_mirror
 from pgcdc.sync.report import TableReport
 from pgcdc.watermark import ConsumerState
 
@@ -199,12 +198,16 @@ class Job:
         quick = read_state_file(self.spark, w.path, key)
         copied = quick.columns if w.t.into is not None and quick is not None else ""  # (what its rows were copied with)
         why = copy_reason(w.primary, self.spark, self.settings, w.t, w.path, schema, copied, now)
-        if why is None and w.t.into is None:
-            why = in_place(self.ctx, w, schema)
+        if why is None and w.t.into is None and (changed := in_place(self.ctx, w, schema)) is not None:
+            why = Recopy(changed)
         if why is None:
             return quick, cut
-        self.say(f"{w.t.name}: {why}: copying the table again")
-        _, cut = copies.copy_table(self.ctx, w, committed_batch(self.spark, w.path, key) or 0, engine, cut, why)
+        last = committed_batch(self.spark, w.path, key) or 0
+        if why.by_range:
+            _, cut = reconcile.recover(self.ctx, w, last, engine, cut, why.why)
+        else:
+            self.say(f"{w.t.name}: {why.why}: copying the table again")
+            _, cut = copies.copy_table(self.ctx, w, last, engine, cut, why.why)
         return read_state_file(self.spark, w.path, key), cut
 
     def _idle(self, w: TableWork, quick: ConsumerState | None, mirror: "Mirrored | None",
@@ -213,7 +216,7 @@ class Job:
         state moved past the empty batch, or None (the table takes the next steps). The state
         file may only lag Delta after a crash between the commit and the file write, and then
         the lagging state still sees the committed batch's events as pending, so it is never idle."""
-        if quick is None or quick.copy is not None:
+        if quick is None or quick.copy is not None or quick.table_id != w.t.table_id:
             return None, cut
         quick = with_mirror(quick, mirror)
         if cut is not None and (refused := cut.admits(w.t, quick)) is not None:
@@ -222,7 +225,7 @@ class Job:
         if batch is not None and batch.events > 0:
             return None, cut
         check_state(w.primary, quick, w.identity, w.t, w.path)
-        return self.moved(w.path, quick, batch), cut
+        return moved(self.ctx, w.path, quick, batch), cut
 
     def _start(self, w: TableWork, mirror: "Mirrored | None", cut: PassCut | None,
                engine: Engine) -> tuple[ConsumerState, PassCut | None]:
@@ -231,8 +234,14 @@ class Job:
         state = load_state(self.spark, w.path, self.ctx.key(w.t))
         if state is not None:
             state = with_mirror(state, mirror)
-        if state is None:
+        if state is None and reconcile.holds_rows(self.spark, w.path):  # (taken over: `pgcdc adopt`)
+            state, cut = reconcile.recover(self.ctx, w, 0, engine, cut, "its Delta table holds rows but no state of "
+                                           f"consumer {self.settings.consumer}")
+        elif state is None:
             state, cut = copies.copy_table(self.ctx, w, 0, engine, cut, "its first copy")
+        elif state.table_id != w.t.table_id:
+            state, cut = reconcile.recover(self.ctx, w, state.batch, engine, cut, "it was detached and attached again "
+                                           "(or with another key or predicate) since it was synced")
         elif state.copy is not None:  # a copy in chunks that a kill or a stop left under way
             cut = leave(cut, w.t, CHUNKS_UNDER_WAY, self.routine)
             check_state(w.primary, state, w.identity, w.t, w.path)
@@ -260,7 +269,7 @@ class Job:
             start = start or snap
             if batch is None:
                 break
-            state, cut, w = self._batch(w, state, cut, engine, Planned(batch, snap, size))
+            state, cut, w = batch_step(self.ctx, w, state, cut, engine, Planned(batch, snap, size))
             if batch.next_txid is None or batch.next_txid >= self.horizon(start):  # (None: caught up)
                 break
             if self.stopping():
@@ -274,50 +283,6 @@ class Job:
         if w.report.batches and not self.stopping():  # (each batch added files)
             self.ctx.compactor.after_batches(w.path, t.name, s.ingest.compact_files, t.fan_in_shard)
         return state, cut
-
-    def _batch(self, w: TableWork, state: ConsumerState, cut: PassCut | None, engine: Engine,
-               planned: Planned) -> tuple[ConsumerState, PassCut | None, TableWork]:
-        """One batch, as plan.next_step decides: passed (nothing of this table below the new
-        watermark: no Delta commit), applied (after the rows of the partitions it truncated or
-        dropped are replaced: sync/partition_step.py), or copied instead (past recopy_fraction, or the
-        table's columns changed while the run read it: then with its columns as they are)."""
-        batch, snap, size = planned
-        step = next_step(batch, size.rows, self.settings.ingest.recopy_fraction, truncated_rows(w, batch))
-        if step.kind == "pass":  # (the mirror may move ahead: the events retention then drops are not its)
-            return self.moved(w.path, state, batch), cut, w
-        if step.kind in ("apply", "replace"):
-            rows = step.rows  # (the partitions' rows still to replace)
-            try:
-                if rows is not None:
-                    state, rows = replace_partitions(self.ctx, w, rows, state, batch, cut), None
-                    if batch.keys == 0:  # (nothing else to apply: its commit moved the watermark)
-                        return state, cut, w
-                return apply_batch(self.ctx, engine, w, planned, state, cut), cut, w
-            except ColumnsChanged as changed:  # DDL since the run began: in place, then the batch, or a copy
-                said, left = overtaken(str(changed))
-                self.say(f"{w.t.name}: {said}")
-                w = replace(w, columns=table_columns(w.reader, w.t.name))
-                why = f"its columns changed: {changed}"
-                if w.t.into is None:  # (with on_schema_change = "fail" the table's sync stops here)
-                    moved = in_place(self.ctx, w, self.ctx.target_schema(w.jdbc, w.t, w.columns))
-                    parts = None if rows is None else truncated_rows(w, batch)  # (by the columns' new names)
-                    if moved is None and not isinstance(parts, str):
-                        # (the pass's snapshot shows the old columns: read as the rows are now)
-                        cut = leave(cut, w.t, left, self.routine)
-                        if parts is not None:
-                            state = replace_partitions(self.ctx, w, parts, state, batch, cut)
-                            if batch.keys == 0:
-                                return state, cut, w
-                        return apply_batch(self.ctx, engine, w, planned, state, cut), cut, w
-                    why = moved or f"a partition truncated or dropped ({parts})"
-                self.say(f"{w.t.name}: copying the table again ({why})")
-        else:
-            self.say(f"{w.t.name}: batch holds {step.why}: copying the table instead of applying the batch")
-            why = f"a batch holding {step.why}"
-        state, cut = copies.copy_table(self.ctx, w, state.batch, engine, cut, why)
-        w.report.events += batch.events
-        w.report.batches += 1
-        return state, cut, w
 
     def resync_table(self, src: RunSource, t: AttachedTable) -> TableReport:
         """Copy one table again from scratch (runs.resync_tables goes over the tables)."""
@@ -362,15 +327,6 @@ class Job:
             self.routine(report.line())
         return report
 
-    def moved(self, path: str, state: ConsumerState, batch: events.Batch | None) -> ConsumerState:
-        """The state once a batch without events (or none) is passed, also kept in the state file,
-        so what a run prints and mirrors is what the next run starts from (it never goes down).
-        It is as true as the committed state: the table had no events in between."""
-        moved = _moved(state, batch)
-        if moved != state:
-            write_state_file(self.spark, path, moved)
-        return moved
-
     def horizon(self, start: events.Snapshot) -> int:
         """Where one run stops for a table while writers go on: once everything below the txmin
         it started with is applied (strict mode), or every transaction that had begun by then
@@ -392,8 +348,3 @@ class Job:
                   copied: bool = False) -> ConsumerState:
         """After a Delta commit: RunContext.committed (the files checked, the state kept)."""
         return self.ctx.committed(primary, path, state, written, copied)
-
-
-def _moved(state: ConsumerState, batch: events.Batch | None) -> ConsumerState:
-    """The state once a batch without events (or none) is passed (ConsumerState.passed)."""
-    return state if batch is None else state.passed(batch.hi, batch.extra)

@@ -73,28 +73,39 @@ def next_step(batch: "Batch", rows: float, recopy_fraction: float, partitions: "
     return Step("apply")
 
 
+@dataclass(frozen=True)
+class Recopy:
+    """Why a table is copied before its batches, and whether reconciling it by range may do
+    instead (sync/reconcile.py): where its Delta table's rows are right but for changes the
+    queue no longer holds."""
+
+    why: str
+    by_range: bool = False
+
+
 def copy_reason(primary: "psycopg.Connection", spark: "SparkSession", settings: "Settings", t: "AttachedTable",
-                path: str, source: "StructType", copied: str = "", now: str = "") -> str | None:
+                path: str, source: "StructType", copied: str = "", now: str = "") -> Recopy | None:
     """Why the table must be copied before batches apply to it again, or None: the consumer
     fell past the retention limit (the queue no longer keeps what it missed, see
-    consumers.py), capture no longer covers the table's partition tree (partitions.gaps: a copy
-    each run until `pgcdc attach` makes capture follow it), attach asks for another partitioning
+    consumers.py: reconciled by range where it can be), capture no longer covers the table's
+    partition tree (partitions.gaps: a copy each run until `pgcdc attach` makes capture follow
+    it), attach asks for another partitioning
     of its Delta table (`layout_changed`), or the table's columns (`source`,
     as the sync reads them) changed (a fan-in source's: `copied` and `now`, see columns_changed).
     (Eight parameters: the last two a fan-in's alone, empty for any other table.)"""
     reason = resync_reason(primary, settings.consumer, t.table_id)
     if reason is not None:
-        return f"consumer {settings.consumer} fell past the retention limit ({reason})"
+        return Recopy(f"consumer {settings.consumer} fell past the retention limit ({reason})", by_range=True)
     gap = partitions.gaps(primary, {t.table_id: t.name}).get(t.table_id)
     if gap is not None:
-        return gap
+        return Recopy(gap)
     layout = layout_changed(tablelog.read_state(spark, path, need_txns=False), t)
     if layout is not None and t.into is None:  # (a fan-in's table is always partitioned by shard)
-        return layout
+        return Recopy(layout)
     if t.into is None:  # (another table's columns change in place where they can: column_step)
         return None
     changed = columns_changed(spark, settings, t, path, source, copied, now)
-    return None if changed is None else f"its columns changed ({changed})"
+    return None if changed is None else Recopy(f"its columns changed ({changed})")
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ class TableReport:
     upserted: int = 0
     deleted: int = 0
     copied: int | None = None  # rows of a first sync
+    reconciled: int | None = None  # keys that differed when the table was reconciled by range (sync/reconcile.py)
     watermark: int = 0
     pending_events: int = 0
     oldest_pending: datetime | None = None  # when the oldest event not applied yet was queued
@@ -33,14 +34,15 @@ class TableReport:
     @property
     def wrote(self) -> bool:
         """Whether the run wrote to the table (a batch or a copy)."""
-        return bool(self.batches) or self.copied is not None
+        return bool(self.batches) or self.copied is not None or self.reconciled is not None
 
     def record(self) -> records.TableDone:
         """The machine-readable record of what the run did to the table."""
         return records.TableDone(**asdict(self))
 
     def line(self) -> str:
-        what = f"copied {self.copied} rows, then " if self.copied is not None else ""
+        what = f"copied {self.copied} rows, then " if self.copied is not None else \
+            f"reconciled by range ({self.reconciled} keys differed), then " if self.reconciled is not None else ""
         return (f"{self.table}: {what}{self.events} events in {self.batches} batches, {self.upserted} upserted, "
                 f"{self.deleted} deleted; watermark {self.watermark}; {self.pending_events} events pending "
                 f"-> {self.path}")
