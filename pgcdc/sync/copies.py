@@ -28,6 +28,7 @@ from pgcdc.source.snapshots import Held
 from pgcdc.sync.context import RunContext, TableWork
 from pgcdc.sync.chunked_copy import chunk_rows, copy_in_chunks, found_rows
 from pgcdc.sync.pass_cut import PassCut, leave
+from pgcdc.sync.report import rewritten
 from pgcdc.sync.plan import copy_on_driver, one_chunk, partition_columns, whole_copy_reason
 from pgcdc.watermark import ConsumerState
 
@@ -80,9 +81,9 @@ def copy_table(ctx: RunContext, w: TableWork, last_batch: int, engine: Engine | 
     - Else in one snapshot, all JDBC partitions reading in it, a small table by `engine` itself
       where it can (plan.copy_on_driver, Engine.copy): the pass's, joining its cut, where the
       table holds no more than one chunk and the queue keeps its events from that snapshot on
-      (`_outside`); else one of its own, leaving the cut. The snapshot's txmin becomes the
-      watermark: changes it does not show are in the queue above it, which keeps them from the
-      registration on.
+      (`_outside`) and was not rewritten (or created) after it; else one of its own, leaving the
+      cut. The snapshot's txmin becomes the watermark: changes it does not show are in the queue
+      above it, which keeps them from the registration on.
     (Six parameters: the cut and why the table is copied, for the cut's record.)"""
     reader, jdbc, t, columns, path = w.reader, w.jdbc, w.t, w.columns, w.path
     size = partitions.size(reader, t.name)
@@ -98,9 +99,15 @@ def copy_table(ctx: RunContext, w: TableWork, last_batch: int, engine: Engine | 
     registered = register_table(w.primary, ctx.settings.consumer, t.table_id, path)
     refused = None if cut is None else _outside(cut, size, per_chunk, registered)
     if cut is not None and refused is None:
-        state = _copy(ctx, w, _Whole(last_batch, registered, engine, size, cut.held))
-        cut.copied_in(t, state)
-        return state, cut
+        try:
+            state = _copy(ctx, w, _Whole(last_batch, registered, engine, size, cut.held))
+        except Exception as exc:
+            if not rewritten(exc):
+                raise
+            refused = "it was created or rewritten after the pass's snapshot, which shows it empty"
+        else:
+            cut.copied_in(t, state)
+            return state, cut
     cut = leave(cut, t, f"copied in a snapshot of its own ({why}; {refused})" if why else
                 f"copied in a snapshot of its own ({refused})", ctx.routine)
     return events.once_reached(reader, registered, ctx.settings.source.reader_role,
