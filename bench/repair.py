@@ -1,12 +1,14 @@
-"""Verify and repair against a copy, in one run (not a test; never fails on timing).
+"""Verify, repair and reconcile against a copy, in one run (not a test; never fails on timing).
 
     python -m bench.repair [--rows 5000000] [--differ 10]
 
 On a throwaway PostgreSQL and local Spark: a table of --rows rows synced once (the fast engine,
 local Delta); --differ rows changed behind capture (session_replication_role = replica). Then,
-timed one after another: `pgcdc verify` of the table (it names the rows), `pgcdc repair` (a
-verify, the rows' keys queued and applied, a verify again), `pgcdc repair` once more on the
-equal table (a verify alone), and a copy of the table in chunks (`resync`). Goal (issue): a
+timed one after another: `pgcdc verify` of the table (it names the rows and keeps their key
+ranges), `pgcdc repair` soon after (it compares only those ranges), --differ rows changed
+behind capture again and `pgcdc repair --all` (the whole table compared, before and after), a
+copy of the table in chunks (`resync`), and then, the table detached, --differ rows changed
+and attached again, the run that reconciles it by range (sync/reconcile.py). Goal (issue): a
 repair of 10 rows <= 0.05x the copy.
 """
 
@@ -35,9 +37,13 @@ def main() -> None:
             job = local_job(pg.dsn(), work)
             run_job(job)
             every = max(1, args.rows // args.differ)
-            with conn.transaction():
-                conn.execute("set local session_replication_role = replica")
-                conn.execute(f"update t set v = -1 where id in (select generate_series(1, {args.rows}, {every}))")
+
+            def behind(value: int) -> None:
+                with conn.transaction():
+                    conn.execute("set local session_replication_role = replica")
+                    conn.execute(f"update t set v = {value} where id in (select generate_series({1 - value}, "
+                                 f"{args.rows}, {every}))")
+            behind(-1)
             tables = [t for t in capture.list_attached(conn) if t.name == "public.t"]
             root = job.settings.target.root
 
@@ -46,22 +52,26 @@ def main() -> None:
                 out = work_() if callable(work_) else None
                 seconds = time.perf_counter() - began
                 line = out[0].line() if isinstance(out, list) and out else ""
-                print(f"  {label:45s} {seconds:7.2f}s  {line[:110]}", flush=True)
+                print(f"  {label:48s} {seconds:7.2f}s  {line[:110]}", flush=True)
                 return seconds
 
-            def fix() -> object:
-                return repair(job.settings, ["public.t"], False, print, job.spark)
+            def fix(whole: bool) -> object:
+                return repair(job.settings, ["public.t"], False, print, job.spark, whole=whole)
 
-            print("\nverify, repair, repair of an equal table, then a copy in chunks", flush=True)
-            seconds = {
-                "verify": timed("verify (finds the rows)", lambda: verify(job.spark, conn, root, tables, "bench")),
-                "repair": timed(f"repair of {args.differ} rows", fix),
-                "idle": timed("repair of the equal table (a verify)", fix),
-                "copy": timed("a copy of the table in chunks (resync)", lambda: resync_tables(job, ["public.t"])),
-            }
+            print("\nverify, repair, repair --all, a copy in chunks, then a reconcile after re-attaching", flush=True)
+            seconds = {"verify": timed("verify (finds the rows, keeps their ranges)",
+                                       lambda: verify(job.spark, conn, root, tables, "bench")),
+                       "repair": timed(f"repair of {args.differ} rows after the verify", lambda: fix(False))}
+            behind(-2)
+            seconds["whole"] = timed(f"repair --all of {args.differ} rows", lambda: fix(True))
+            seconds["copy"] = timed("a copy of the table in chunks (resync)", lambda: resync_tables(job, ["public.t"]))
+            capture.detach(conn, "public.t")
+            behind(-3)
+            capture.attach(conn, "public.t")
+            seconds["reconcile"] = timed(f"re-attached, {args.differ} rows changed: reconciled", lambda: run_job(job))
         copy = seconds["copy"]
         print(f"\nresults ({args.rows:,} rows, {args.differ} differing):")
-        for name in ("verify", "repair", "idle"):
+        for name in ("verify", "repair", "whole", "reconcile"):
             print(f"  {name:8s} {seconds[name]:7.2f}s  {seconds[name] / copy:5.2f}x a copy ({copy:.2f}s)")
 
 

@@ -4,12 +4,14 @@ consumer's state and the table's log say of why."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from pgcdc.diff.rows import Comparison, compare
 from pgcdc.errors import TargetError
-from pgcdc.lake import history, tablelog, target
+from pgcdc.lake import history, tablelog, target, verified
 from pgcdc.lake.paths import target_path
 from pgcdc.lake.state import app_id, load_state
 from pgcdc.source.capture import AttachedTable
@@ -19,6 +21,8 @@ from pgcdc.watermark import ConsumerState, state_key
 if TYPE_CHECKING:
     import psycopg
     from pyspark.sql import SparkSession
+
+_log = logging.getLogger(__name__)
 
 
 def verify(spark: "SparkSession", conn: "psycopg.Connection", root: str,
@@ -34,6 +38,8 @@ def verify(spark: "SparkSession", conn: "psycopg.Connection", root: str,
                                       next_step="run `pgcdc ingest`, which finishes it, then verify again"))
             continue
         found = compare(spark, conn, t, path, state if isinstance(state, ConsumerState) else None)
+        if isinstance(state, ConsumerState):
+            _keep(spark, path, state.key, found)
         if not found.equal and not found.next_step:
             found = replace(found, next_step=_rows_step(spark, t, path, consumer, found, state))
         results.append(found)
@@ -45,6 +51,21 @@ def verify(spark: "SparkSession", conn: "psycopg.Connection", root: str,
                                 "reaches the table: run `pgcdc ingest`, then verify again")
             results.append(found)
     return results
+
+
+def _keep(spark: "SparkSession", path: str, key: str, found: Comparison) -> None:
+    """Keep a whole comparison's outcome beside the Delta table (lake/verified.py), for repair to
+    compare again only the ranges that differed; a lake verify may not write to is left as is."""
+    from py4j.protocol import Py4JJavaError
+
+    if found.problem is not None or found.columns is not None:
+        return
+    try:
+        verified.record(spark, path, key, verified.Verified(
+            datetime.now(timezone.utc), found.version, found.equal, len(found.differing),
+            None if found.ranges is None else found.ranges.encode()))
+    except (OSError, Py4JJavaError) as exc:
+        _log.debug("verify could not keep its outcome beside %s: %s", path, exc)
 
 
 def _state(spark: "SparkSession", path: str, consumer: str | None, t: AttachedTable) -> ConsumerState | str | None:

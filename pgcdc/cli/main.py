@@ -291,6 +291,8 @@ def _check_commands(add: _Add) -> None:
             "while the application writes")
     p.add_argument("tables", nargs="*", metavar="TABLE", help="default: the configured (or all attached) tables")
     p.add_argument("--dry-run", action="store_true", help="say what differs, queue and write nothing")
+    p.add_argument("--all", action="store_true", dest="whole", help="compare the whole table, even within an hour of "
+                   "a verify (which otherwise says which key ranges to compare)")
     p = add("cut", cmd_cut, "print the newest cut: the Delta version at which each table agrees with the others "
             "as of one snapshot of the database (docs/readers.md)")
     p.add_argument("tables", nargs="*", metavar="TABLE", help="only these (Delta or PostgreSQL names): the newest "

@@ -102,7 +102,7 @@ def cmd_repair(args: argparse.Namespace) -> int:
     """Rewrite only the rows verify finds different; exit 1 if a table still differs (or, with
     --dry-run, differs)."""
     settings = _settings(args)
-    results = repair(settings, args.tables or settings.tables, args.dry_run, say=print)
+    results = repair(settings, args.tables or settings.tables, args.dry_run, say=print, whole=args.whole)
     if args.dry_run:
         print("dry run: nothing queued or written")
         return errors.OK if all(r.before.equal for r in results) else errors.ATTENTION

@@ -16,7 +16,8 @@ Without one, exact only when nothing is written meanwhile.
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+import hashlib
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -58,6 +59,9 @@ class Comparison:
     next_step: str = ""
     in_flight: int = 0  # rows that differ by changes the consumer has not applied yet (not counted above)
     differing: list[str] = field(default_factory=list)  # the keys of the rows that differ (checks/repair.py)
+    ranges: "Ranges | None" = None  # the key ranges whose rows differ, to compare again alone (None: too many)
+    within: int = 0  # only this many key ranges were compared (0: the whole table)
+    version: int = -1  # the Delta version compared
 
     @property
     def equal(self) -> bool:
@@ -66,6 +70,9 @@ class Comparison:
 
     def line(self) -> str:
         moving = f"; {self.in_flight} rows differ by changes not synced yet" if self.in_flight else ""
+        if self.equal and self.within:
+            return (f"{self.table}: Delta equals PostgreSQL in the {self.within} key ranges compared ({self.delta_rows} "
+                    f"rows{moving})")
         if self.equal:
             return f"{self.table}: Delta equals PostgreSQL ({self.delta_rows} rows{moving})"
         if self.problem is not None:
@@ -80,7 +87,7 @@ class Comparison:
 
 
 @dataclass(frozen=True)
-class _Buckets:
+class Buckets:
     """How rows are grouped by key on both sides. A one-column integer key: key ranges, which
     both sides can read alone when comparing rows (PostgreSQL by its index, Delta skipping
     files by their statistics). Any other key: a hash of its canonical text."""
@@ -90,10 +97,11 @@ class _Buckets:
     key: str | None = None  # the integer key column (ranges), else None (hash)
     low: int = 0
     width: int = 1
+    fits: str = ""          # a digest of the key's canonical texts on both sides these were made for
 
     @staticmethod
     def of(conn: "psycopg.Connection", t: AttachedTable, key_types: list[str], pg_key: str, spark_key: str,
-           rows: int) -> "_Buckets":
+           rows: int) -> "Buckets":
         count = max(1, min(MAX_BUCKETS, rows // ROWS_PER_BUCKET))
         if len(t.key_columns) == 1 and key_types[0] in ("int2", "int4", "int8"):
             key = t.key_columns[0]
@@ -103,10 +111,12 @@ class _Buckets:
             width = max(1, -(-(high - low + 1) // count))
             ref = "`" + key.replace("`", "``") + "`"
             # (in numeric/decimal: key - low overflows a bigint for keys at both of its ends)
-            return _Buckets(f"div(s.{sql.Identifier(key).as_string(None)}::numeric - ({low}), {width})",
-                            f"floor((cast({ref} as decimal(38,0)) - ({low})) / {width})", key, low, width)
-        return _Buckets(f"('x' || lpad(substr(md5({pg_key}), 1, 8), 16, '0'))::bit(64)::int8 % {count}",
-                        f"cast(conv(substr(md5({spark_key}), 1, 8), 16, 10) as bigint) % {count}")
+            return Buckets(f"div(s.{sql.Identifier(key).as_string(None)}::numeric - ({low}), {width})",
+                           f"floor((cast({ref} as decimal(38,0)) - ({low})) / {width})", key, low, width,
+                           _fits(pg_key, spark_key))
+        return Buckets(f"('x' || lpad(substr(md5({pg_key}), 1, 8), 16, '0'))::bit(64)::int8 % {count}",
+                       f"cast(conv(substr(md5({spark_key}), 1, 8), 16, 10) as bigint) % {count}",
+                       fits=_fits(pg_key, spark_key))
 
     def where(self, chosen: list[int], spark: bool) -> str:
         """A filter for the rows of the `chosen` buckets (PostgreSQL over alias s, or Spark)."""
@@ -118,11 +128,37 @@ class _Buckets:
                            for b in chosen)
 
 
+def _fits(pg_key: str, spark_key: str) -> str:
+    return hashlib.md5(f"{pg_key}\n{spark_key}".encode()).hexdigest()
+
+
+MAX_RANGES = 1000  # differing key ranges a comparison keeps, to compare again alone
+
+
+@dataclass(frozen=True)
+class Ranges:
+    """Key ranges (buckets) to compare alone: those a comparison found differing, and how rows
+    fall into them. Repair compares again only these after verify found them (lake/verified.py),
+    and after it rewrote their rows."""
+
+    buckets: Buckets
+    chosen: tuple[int, ...]
+
+    def encode(self) -> dict[str, Any]:
+        return {"buckets": asdict(self.buckets), "chosen": list(self.chosen)}
+
+    @staticmethod
+    def decode(d: dict[str, Any]) -> "Ranges":
+        return Ranges(Buckets(**d["buckets"]), tuple(int(b) for b in d["chosen"]))
+
+
 def compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable, path: str,
-            state: ConsumerState | None = None) -> Comparison:
+            state: ConsumerState | None = None, only: Ranges | None = None) -> Comparison:
     """Compare the Delta table at `path` with PostgreSQL's table `t` (see the module docstring);
     a table that cannot be read, or whose columns differ, is an outcome with its own next step.
-    `state`: the consumer's committed state, read before anything else (diff/in_flight.py)."""
+    `state`: the consumer's committed state, read before anything else (diff/in_flight.py);
+    `only`: compare these key ranges alone (where they still fit the table's key), not the whole
+    table. (Six parameters: the last two say what to compare and how to read a difference.)"""
     from py4j.protocol import Py4JJavaError
 
     access.check_readable(conn, t)
@@ -143,7 +179,7 @@ def compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable,
             with conn.transaction():
                 if opened:
                     conn.execute("set transaction isolation level repeatable read, read only")
-                done = _compare(spark, conn, t, path, version, state)
+                done = _compare(spark, conn, t, path, version, (state, only))
                 rewritten = _rewritten(conn, t)
             if rewritten is None:
                 return done
@@ -167,9 +203,10 @@ def _rewritten(conn: "psycopg.Connection", t: AttachedTable) -> str | None:
 
 
 def _compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable, path: str, version: int,
-             state: ConsumerState | None) -> Comparison:
+             asked: tuple[ConsumerState | None, Ranges | None]) -> Comparison:
     """compare's reading: Delta's rows (at `version`) shaped as PostgreSQL's, their columns
-    checked, then the rows."""
+    checked, then the rows (`asked`: compare's state and ranges)."""
+    state, only = asked
     pg_cols = canon.pg_columns(conn, t.name)
     names = [c[0] for c in pg_cols]
     delta = _delta_rows(spark, t, path, names, version)
@@ -179,7 +216,9 @@ def _compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable
     differ = _columns_differ(t, path, names, list(types))
     if differ is not None:
         return differ
-    return _Rows.of(conn, t, pg_cols, types).compare(conn, delta, path, state)
+    rows = _Rows.of(conn, t, pg_cols, types, None if only is None else only.buckets)
+    chosen = None if only is None or only.buckets != rows.buckets else only.chosen
+    return replace(rows.compare(conn, delta, path, state, chosen), version=version)
 
 
 def _delta_rows(spark: "SparkSession", t: AttachedTable, path: str, names: list[str],
@@ -232,20 +271,25 @@ class _Rows:
     pg_row: str
     spark_key: str
     spark_row: str
-    buckets: _Buckets
+    buckets: Buckets
 
     @staticmethod
     def of(conn: "psycopg.Connection", t: AttachedTable, pg_cols: list[tuple[str, str, bool, int | None]],
-           types: dict[str, Any]) -> "_Rows":
+           types: dict[str, Any], given: Buckets | None = None) -> "_Rows":
+        """The rows' SQL, bucketed as `given` where it was made for the same key texts, else anew
+        (which counts the rows)."""
         names = [c[0] for c in pg_cols]
         pg_texts = {n: canon.pg_canon(f"s.{sql.Identifier(n).as_string(None)}", base, arr, prec, n in t.key_columns)
                     for n, base, arr, prec in pg_cols}
         spark_texts = {n: canon.delta_value(spark_ident(n), types[n]) for n in names}
         pg_key = canon.pg_framed([pg_texts[k] for k in t.key_columns])
         spark_key = canon.spark_framed([spark_texts[k] for k in t.key_columns])
-        rows = conn.execute(f"select count(*) from {t.name}").fetchone()[0]
-        buckets = _Buckets.of(conn, t, [next(c[1] for c in pg_cols if c[0] == k) for k in t.key_columns],
-                              pg_key, spark_key, rows)
+        if given is not None and given.fits == _fits(pg_key, spark_key):
+            buckets = given
+        else:
+            rows = conn.execute(f"select count(*) from {t.name}").fetchone()[0]
+            buckets = Buckets.of(conn, t, [next(c[1] for c in pg_cols if c[0] == k) for k in t.key_columns],
+                                 pg_key, spark_key, rows)
         return _Rows(t, pg_key, canon.pg_framed([pg_texts[n] for n in names]), spark_key,
                      canon.spark_framed(list(spark_texts.values())), buckets)
 
@@ -257,30 +301,28 @@ class _Rows:
     def spark(self, rows: "DataFrame") -> "DataFrame":
         return rows.selectExpr(f"{self.spark_key} as k", f"{self.spark_row} as r", f"{self.buckets.spark} as b")
 
-    def compare(self, conn: "psycopg.Connection", delta: "DataFrame", path: str,
-                state: ConsumerState | None) -> Comparison:
-        """Sums per bucket on both sides (PostgreSQL on a thread while Spark reads Delta), then
-        row by row in the buckets that differ; with the consumer's `state`, the rows that differ
-        by changes it has not applied yet counted apart (diff/in_flight.py)."""
-        from pyspark.sql import functions as F
-
-        pg_hash, sp_hash = canon.row_hash("r")
+    def compare(self, conn: "psycopg.Connection", delta: "DataFrame", path: str, state: ConsumerState | None,
+                chosen: tuple[int, ...] | None = None) -> Comparison:
+        """Sums per bucket on both sides, then row by row in the buckets that differ (`chosen`: in
+        these alone, without sums); with the consumer's `state`, the rows that differ by changes it
+        has not applied yet counted apart (diff/in_flight.py)."""
         name, names = self.t.name, list(delta.columns)
         with ThreadPoolExecutor(max_workers=1) as pool:
-            pg_side: Future[dict[Any, tuple[Any, Any]]] = pool.submit(lambda: {b: (n, h) for b, n, h in conn.execute(
-                f"select b, count(*), bit_xor({pg_hash}) from ({self.pg('true')}) x group by 1")})
-            delta_sums = {r.b: (r.n, r.h) for r in self.spark(delta).groupBy("b").agg(
-                F.count("*").alias("n"), F.expr(f"bit_xor({sp_hash})").alias("h")).collect()}
-            pg_sums = pg_side.result()
-            pg_total, delta_total = sum(n for n, _ in pg_sums.values()), sum(n for n, _ in delta_sums.values())
-            differing = sorted(b for b in set(pg_sums) | set(delta_sums) if pg_sums.get(b) != delta_sums.get(b))
+            if chosen is None:
+                differing, pg_total, delta_total = self._sums(pool, conn, delta)
+            else:
+                differing, pg_total, delta_total = sorted(chosen), 0, 0
+            ranges = Ranges(self.buckets, tuple(differing)) if len(differing) <= MAX_RANGES else None
+            within = 0 if chosen is None else len(chosen)
             if not differing:
-                return Comparison(name, path, pg_total, delta_total, 0, 0)
+                return Comparison(name, path, pg_total, delta_total, 0, 0, ranges=ranges, within=within)
             pg_rows_side = pool.submit(self._read_pg, conn, differing)
             in_delta: dict[str, list[str]] = {}
             for r in self.spark(delta.where(self.buckets.where(differing, spark=True))).select("k", "r").collect():
                 in_delta.setdefault(r.k, []).append(r.r)
             in_pg = pg_rows_side.result()
+        if chosen is not None:  # (the rows of the ranges compared)
+            pg_total, delta_total = len(in_pg), sum(len(v) for v in in_delta.values())
         only_pg = [k for k, v in in_pg.items() if v not in in_delta.get(k, [])]
         only_delta = [k for k, vs in in_delta.items() for v in vs if v != in_pg.get(k)]
         twice = [k for k, vs in in_delta.items() if k in in_pg for _ in range(vs.count(in_pg[k]) - 1)]
@@ -291,7 +333,21 @@ class _Rows:
                     for k in sorted(set(only_pg) | set(only_delta) | set(twice))[:3]]
         return Comparison(name, path, pg_total, delta_total, len(only_pg), len(only_delta), examples,
                           duplicates=len(twice), in_flight=len(moving),
-                          differing=sorted(set(only_pg) | set(only_delta) | set(twice)))
+                          differing=sorted(set(only_pg) | set(only_delta) | set(twice)), ranges=ranges, within=within)
+
+    def _sums(self, pool: ThreadPoolExecutor, conn: "psycopg.Connection", delta: "DataFrame") -> tuple[list[int], int, int]:
+        """(the buckets whose count or hash differ, PostgreSQL's rows, Delta's rows): sums per bucket
+        on both sides, PostgreSQL's on the pool's thread while Spark reads Delta."""
+        from pyspark.sql import functions as F
+
+        pg_hash, sp_hash = canon.row_hash("r")
+        pg_side: Future[dict[Any, tuple[Any, Any]]] = pool.submit(lambda: {b: (n, h) for b, n, h in conn.execute(
+            f"select b, count(*), bit_xor({pg_hash}) from ({self.pg('true')}) x group by 1")})
+        delta_sums = {r.b: (r.n, r.h) for r in self.spark(delta).groupBy("b").agg(
+            F.count("*").alias("n"), F.expr(f"bit_xor({sp_hash})").alias("h")).collect()}
+        pg_sums = pg_side.result()
+        differing = sorted(int(b) for b in set(pg_sums) | set(delta_sums) if pg_sums.get(b) != delta_sums.get(b))
+        return differing, sum(n for n, _ in pg_sums.values()), sum(n for n, _ in delta_sums.values())
 
     def _read_pg(self, conn: "psycopg.Connection", differing: list[int]) -> dict[str, str]:
         found: dict[str, str] = {}

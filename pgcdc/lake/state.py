@@ -17,16 +17,12 @@ file if it holds that batch, else from the commitInfo of that commit.
 
 from __future__ import annotations
 
-import os
-import uuid
 from dataclasses import replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pgcdc.errors import TargetError
-from pgcdc.lake.paths import FOLDER, local_folder
+from pgcdc.lake import side_files
 from pgcdc.lake.tablelog import txn_version
-from pgcdc.spark.jvm import cls
 from pgcdc.watermark import ConsumerState
 
 if TYPE_CHECKING:
@@ -44,68 +40,20 @@ def committed_batch(spark: "SparkSession", path: str, key: str) -> int | None:
     return version if version >= 0 else None
 
 
-def _local_file(path: str, key: str) -> Path | None:
-    """The state file of a table in a local folder; None elsewhere."""
-    folder = local_folder(path)
-    return folder / FOLDER / f"{key}.json" if folder is not None else None
-
-
-def _state_file(spark: "SparkSession", path: str, key: str) -> tuple[Any, Any]:
-    """The state file's Hadoop path and its file system (JVM objects)."""
-    file = cls(spark, "org.apache.hadoop.fs.Path")(f"{path.rstrip('/')}/{FOLDER}/{key}.json")
-    return file, file.getFileSystem(spark._jsc.hadoopConfiguration())
-
-
 def write_state_file(spark: "SparkSession", path: str, state: ConsumerState) -> None:
-    """Copy the committed state next to the table: in a local folder written whole and renamed
-    into place (no Py4J, no helper process); elsewhere through Hadoop's file system."""
-    local = _local_file(path, state.key)
-    if local is not None:
-        local.parent.mkdir(parents=True, exist_ok=True)
-        staged = local.with_name(f".{local.name}.{uuid.uuid4().hex}.tmp")
-        staged.write_text(state.to_json(), encoding="utf-8")
-        os.replace(staged, local)
-        return
-    file, fs = _state_file(spark, path, state.key)
-    out = fs.create(file, True)
-    try:
-        out.write(bytearray(state.to_json().encode()))
-    finally:
-        out.close()
+    """Copy the committed state next to the table (lake/side_files.py)."""
+    side_files.write_text(spark, path, f"{state.key}.json", state.to_json())
 
 
 def remove_state_file(spark: "SparkSession", path: str, key: str) -> None:
     """Delete the state copy of `key` (a fan-in source that left: pgcdc/sync/departed.py)."""
-    local = _local_file(path, key)
-    if local is not None:
-        local.unlink(missing_ok=True)
-        return
-    file, fs = _state_file(spark, path, key)
-    fs.delete(file, False)
+    side_files.remove(spark, path, f"{key}.json")
 
 
 def read_state_file(spark: "SparkSession", path: str, key: str) -> ConsumerState | None:
     """The state copy next to the table; None if absent or unreadable (the commit history then serves)."""
-    from py4j.protocol import Py4JJavaError
-
-    local = _local_file(path, key)
-    if local is not None:
-        try:
-            return ConsumerState.from_json(local.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError):
-            return None
-    file, fs = _state_file(spark, path, key)
-    try:
-        if not fs.exists(file):
-            return None
-        stream = fs.open(file)
-        try:
-            text = cls(spark, "org.apache.commons.io.IOUtils").toString(stream, "UTF-8")
-        finally:
-            stream.close()
-    except Py4JJavaError:  # e.g. a checksum error after a hand edit
-        return None
-    return ConsumerState.from_json(text)
+    text = side_files.read_text(spark, path, f"{key}.json")
+    return None if text is None else ConsumerState.from_json(text)
 
 
 def state_from_history(spark: "SparkSession", path: str, key: str, batch: int) -> ConsumerState | None:
