@@ -186,6 +186,28 @@ class CopySettings(BaseModel):
     )
 
 
+class WatchSettings(BaseModel):
+    """A follower that compares a slice of one table's rows with PostgreSQL every so often, the
+    tables in turn (pgcdc/sync/watch.py; docs/operations.md, "Always watching")."""
+
+    model_config = {"extra": "forbid"}
+
+    every: float = Field(
+        default=0.0, ge=0,
+        description="seconds between slices a follower (`ingest --follow`) compares; 0 = off",
+    )
+    ranges: int = Field(
+        default=16, gt=0, le=1000,
+        description="key ranges (~1000 rows each) a slice compares: with `every`, how fast a round over every "
+        "table's rows goes",
+    )
+    repair: bool = Field(
+        default=False,
+        description="queue the rows a slice finds different as changes, which the follower's next run rewrites "
+        "(else `pgcdc status` says ATTENTION until `pgcdc repair TABLE`)",
+    )
+
+
 class SparkSettings(BaseModel):
     """The Spark session pgcdc builds for `pgcdc ingest` (spark-submit brings its own master)."""
 
@@ -210,6 +232,7 @@ class Settings(BaseSettings):
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     copies: CopySettings = Field(default_factory=CopySettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
+    watch: WatchSettings = Field(default_factory=WatchSettings)
 
     @field_validator("consumer")
     @classmethod

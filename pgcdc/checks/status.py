@@ -8,9 +8,10 @@ from typing import Any
 
 import psycopg
 
-from pgcdc.lake import tablelog
+from pgcdc.lake import tablelog, verified
 from pgcdc.source import capture, consumers, partitions, schemas
 from pgcdc.checks import coverage
+from pgcdc.sync import watch
 from pgcdc.sync.progress import duration, reached
 
 LAGGING = timedelta(hours=1)  # a change older than this still pending deserves attention
@@ -152,6 +153,27 @@ def _file_problems(states: list[coverage.TableState]) -> list[str]:
     return problems
 
 
+def _watch(states: list[coverage.TableState]) -> tuple[list[str], dict[tuple[str, str], dict[str, Any]]]:
+    """Rows a verify or a follower's watch found different and nobody repaired yet (each a problem
+    naming `pgcdc repair`), and how far each watched table's round got: read beside Delta tables
+    in a local folder (lake/verified.py, sync/watch.py); a table elsewhere is not read here."""
+    problems, watching = [], {}
+    for s in states:
+        if not s.delta_table or not s.batch:
+            continue
+        found = verified.last(None, s.delta_table, s.consumer)
+        if found is not None and not found.equal:
+            problems.append(f"{found.differing} rows of {s.table} differ from its Delta table {s.delta_table} "
+                            f"(consumer {s.consumer}), found {age(found.at)} ago by a comparison with PostgreSQL; run "
+                            f"`pgcdc repair {s.table}`")
+        w = watch.watched(None, s.delta_table, s.consumer)
+        if w is not None:
+            watching[(s.consumer, s.table)] = {"round": round(w.through(), 3), "round_began": w.round_began,
+                                              "every_row_compared_since": w.last_began,
+                                              "last_round_ended": w.last_ended}
+    return problems, watching
+
+
 def status_data(conn: psycopg.Connection, problems: list[str] | None = None) -> dict[str, Any]:
     """Whether all is well, and why, as plain data (`pgcdc status --json`): the verdict, its
     problems, capture per table, each consumer's state per table, the queue's size.
@@ -173,9 +195,11 @@ def status_data(conn: psycopg.Connection, problems: list[str] | None = None) -> 
     for c in consumers.list_consumers(conn):
         for table in c.resync_needed:
             problems.append(f"consumer {c.name} fell past the queue's retention limit on {table}: its next "
-                            "`pgcdc ingest` copies the table again")
+                            "`pgcdc ingest` reconciles the table by range (or copies it, saying why)")
     states = coverage.table_states(conn)
     problems += _file_problems(states)
+    differ, watching = _watch(states)
+    problems += differ
     running = {c for c in {s.consumer for s in states if s.copy is not None} if consumers.is_running(conn, c)}
     problems += coverage.problems(states, coverage.recorded_tables(conn), running)
     covered = {s.table for s in states}
@@ -202,7 +226,7 @@ def status_data(conn: psycopg.Connection, problems: list[str] | None = None) -> 
         "synced": [{"consumer": s.consumer, "table": s.table, "state": s.state, "pending_events": s.pending_events,
                     "oldest_pending": s.oldest_pending, "watermark": s.watermark, "batch": s.batch,
                     "last_sync": s.last_sync, "delta_table": s.delta_table, "error": s.error, "worker": s.worker,
-                    "copy": s.copy}
+                    "copy": s.copy, "watch": watching.get((s.consumer, s.table))}
                    for s in states],
     }
 
@@ -253,4 +277,9 @@ def status_report(conn: psycopg.Connection, problems: list[str] | None = None) -
                     c["delta_table"] or "-")
                    for c in data["synced"]]
         lines += table_lines(synced)
+        for c in (c for c in data["synced"] if c["watch"]):
+            w = c["watch"]
+            since = w["every_row_compared_since"]
+            lines.append(f"watch: {c['consumer']} {c['table']}: this round {w['round']:.0%} through; "
+                         f"{'every row compared since ' + since[:19] if since else 'no whole round yet'}")
     return "\n".join(lines), data["healthy"]

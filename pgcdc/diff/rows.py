@@ -98,6 +98,7 @@ class Buckets:
     low: int = 0
     width: int = 1
     fits: str = ""          # a digest of the key's canonical texts on both sides these were made for
+    count: int = 0          # buckets the rows fell into when these were laid out
 
     @staticmethod
     def of(conn: "psycopg.Connection", t: AttachedTable, key_types: list[str], pg_key: str, spark_key: str,
@@ -113,10 +114,10 @@ class Buckets:
             # (in numeric/decimal: key - low overflows a bigint for keys at both of its ends)
             return Buckets(f"div(s.{sql.Identifier(key).as_string(None)}::numeric - ({low}), {width})",
                            f"floor((cast({ref} as decimal(38,0)) - ({low})) / {width})", key, low, width,
-                           _fits(pg_key, spark_key))
+                           _fits(pg_key, spark_key), -(-(high - low + 1) // width))
         return Buckets(f"('x' || lpad(substr(md5({pg_key}), 1, 8), 16, '0'))::bit(64)::int8 % {count}",
                        f"cast(conv(substr(md5({spark_key}), 1, 8), 16, 10) as bigint) % {count}",
-                       fits=_fits(pg_key, spark_key))
+                       fits=_fits(pg_key, spark_key), count=count)
 
     def where(self, chosen: list[int], spark: bool) -> str:
         """A filter for the rows of the `chosen` buckets (PostgreSQL over alias s, or Spark)."""
@@ -143,6 +144,7 @@ class Ranges:
 
     buckets: Buckets
     chosen: tuple[int, ...]
+    renew: bool = False  # where `buckets` no longer fit the table's key: the same ranges laid out anew (else all)
 
     def encode(self) -> dict[str, Any]:
         return {"buckets": asdict(self.buckets), "chosen": list(self.chosen)}
@@ -217,7 +219,7 @@ def _compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable
     if differ is not None:
         return differ
     rows = _Rows.of(conn, t, pg_cols, types, None if only is None else only.buckets)
-    chosen = None if only is None or only.buckets != rows.buckets else only.chosen
+    chosen = None if only is None or (only.buckets != rows.buckets and not only.renew) else only.chosen
     return replace(rows.compare(conn, delta, path, state, chosen), version=version)
 
 

@@ -69,6 +69,16 @@ def read_text(spark: "SparkSession", path: str, name: str) -> str | None:
         return None
 
 
+def read_local(path: str, name: str) -> str | None:
+    """The file `name` beside a table in a local folder, without Spark (`pgcdc status`); None if
+    absent, unreadable, or the table lies elsewhere."""
+    local = _local(path, name)
+    try:
+        return None if local is None else local.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def remove(spark: "SparkSession", path: str, name: str) -> None:
     """Delete the file `name` beside the table, if there."""
     local = _local(path, name)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from pgcdc import faults
 from pgcdc.errors import TargetError
-from pgcdc.lake import tablelog
+from pgcdc.lake import tablelog, verified
 from pgcdc.lake.landing import Landing
 from pgcdc.lake.state import write_state_file
 from pgcdc.log import fields
@@ -132,4 +132,6 @@ class RunContext:
         write_state_file(self.spark, path, state)
         faults.failpoint("after-state-file")
         mirror_state(primary, state, path, copied)
+        if copied:  # (rows a verify or watch found different were written again)
+            verified.forget(self.spark, path, state.key)
         return state

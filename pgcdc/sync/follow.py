@@ -35,6 +35,7 @@ from pgcdc.sync.report import TableReport
 from pgcdc.errors import first_line
 from pgcdc.sync.runs import run_tables
 from pgcdc.sync.signals import Stopper
+from pgcdc.sync.watch import Watcher
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -75,9 +76,12 @@ class Follower:
     tables: dict[str, Backoff] = field(default_factory=dict)  # failing tables
     known: set[int] = field(default_factory=set)  # table ids the last run synced
     poll_conn: psycopg.Connection | None = None  # kept between polls
+    watcher: Watcher | None = None  # `[watch] every`: a slice of a table compared now and then (sync/watch.py)
 
     def run(self) -> int:
         job = Job(self.settings, self.spark, following=True)
+        if self.settings.watch.every > 0 and self.watcher is None:
+            self.watcher = Watcher(self.settings, self.spark, lambda line: _log.info("watch: %s", line), self.metrics)
         job.stopping = self.stop
         if self.metrics is not None:
             job.on_copy = self.metrics.copy_progress
@@ -105,6 +109,8 @@ class Follower:
             except (PgcdcError, psycopg.Error) as exc:
                 work = ((-1, 1),)  # (let the run meet the problem: it retries and says so)
                 _log.debug("poll failed: %s", first_line(exc))
+            if self.watcher is not None:
+                self.watcher.slice(job.known)
             heartbeat = time.monotonic() - last_run >= HEARTBEAT
             retry = any(b.due() for b in self.tables.values())  # a held-back table's pause is over
             if not runs.due():  # (a failed run's pause)

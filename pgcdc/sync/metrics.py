@@ -39,6 +39,13 @@ class Metrics:
                                ["table"], registry=r)
         self.copy_eta = Gauge("pgcdc_copy_eta_seconds", "time left of the table's copy in chunks at its rate "
                               "(-1: unknown)", ["table"], registry=r)
+        self.watch_round = Gauge("pgcdc_watch_round_ratio", "how far the follower's watch got through the table's "
+                                 "key ranges this round (0-1)", ["table"], registry=r)
+        self.compared_since = Gauge("pgcdc_compared_since_timestamp_seconds", "every row of the table was compared "
+                                    "with PostgreSQL since this moment (the last whole round's start; 0: none yet)",
+                                    ["table"], registry=r)
+        self.differing = Gauge("pgcdc_rows_differing", "rows the watch's last slice of the table found different",
+                               ["table"], registry=r)
         self.run_failures = Counter("pgcdc_run_failures", "follower runs that failed as a whole (connection, ...)",
                                     registry=r)
 
@@ -67,6 +74,12 @@ class Metrics:
         """After each chunk of a copy (Job.on_copy): while it runs, not only after the run."""
         self.copy_done.labels(table).set(done)
         self.copy_eta.labels(table).set(-1.0 if eta is None else eta)
+
+    def watched(self, table: str, through: float, since: str | None, differing: int) -> None:
+        """After each slice of the watch (sync/watch.py)."""
+        self.watch_round.labels(table).set(through)
+        self.compared_since.labels(table).set(datetime.fromisoformat(since).timestamp() if since else 0.0)
+        self.differing.labels(table).set(differing)
 
     def run_failed(self) -> None:
         self.run_failures.inc()
