@@ -234,7 +234,7 @@ class Job:
         state = load_state(self.spark, w.path, self.ctx.key(w.t))
         if state is not None:
             state = with_mirror(state, mirror)
-        if state is None and reconcile.holds_rows(self.spark, w.path):  # (taken over: `pgcdc adopt`)
+        if state is None and w.t.into is None and reconcile.holds_rows(self.spark, w.path):  # (`pgcdc adopt`)
             state, cut = reconcile.recover(self.ctx, w, 0, engine, cut, "its Delta table holds rows but no state of "
                                            f"consumer {self.settings.consumer}")
         elif state is None:
