@@ -2,14 +2,16 @@
 
 A run takes each table up to the txmin it saw when it started (plus, in out-of-order mode, the
 committed transactions above it). Runs of the same consumer exclude each other through a lease
-on the primary. A table's turn (`Job.sync_table`, then `Job.sync`): a copy its columns or
-options ask for (step 1), the fast path of a table with nothing to apply (2), the state its
-batches start from: a first copy, a copy in chunks resumed (3), batch after batch (4), then
-the finish: history, mirrored state, report. What a table needs is decided in
-pgcdc/sync/plan.py; a copy is pgcdc/sync/copies.py (in chunks: chunked_copy.py); one batch
-is pgcdc/sync/batch_step.py (applied: pgcdc/sync/apply.py, by the engine pgcdc/engines picks). Every step receives the
-run's context (sync/context.py) and the table's work (`TableWork`), never the Job. The loop
-over the tables, and the run's bookkeeping, is pgcdc/sync/runs.py.
+on the primary. A table's turn (`Job.sync_table`, then `Job.sync`): a copy (or a reconcile by
+range) its columns, options or a lapse past the retention limit ask for (step 1), the fast path
+of a table with nothing to apply (2), the state its batches start from: a first copy, a table
+attached again or adopted reconciled by range, a copy in chunks resumed (3), batch after batch
+(4), then the finish: history, mirrored state, report. What a table needs is decided in
+pgcdc/sync/plan.py; a copy is pgcdc/sync/copies.py (in chunks: chunked_copy.py), a reconcile
+pgcdc/sync/reconcile.py; one batch is pgcdc/sync/batch_step.py (applied: pgcdc/sync/apply.py,
+by the engine pgcdc/engines picks). Every step receives the run's context (sync/context.py)
+and the table's work (`TableWork`), never the Job. The loop over the tables, and the run's
+bookkeeping, is pgcdc/sync/runs.py.
 """
 
 from __future__ import annotations
