@@ -151,8 +151,19 @@ def main() -> None:
     ap.add_argument("--durable", action="store_true", help="fsync on in PostgreSQL (default off, as in the tests)")
     ap.add_argument("--no-cuts", action="store_true", help="the follower's [ingest] cuts = false (passes read rows as "
                     "they are, not as of one snapshot: docs/readers.md)")
+    ap.add_argument("--watch-every", type=float, default=0.0, help="also measure with the follower's watch on "
+                    "([watch] every = this, sync/watch.py), one after the other in this run, and print the ratio")
     args = ap.parse_args()
+    runs = [_measure(args, 0.0)] + ([_measure(args, args.watch_every)] if args.watch_every > 0 else [])
+    if len(runs) == 2:
+        (p50, p99, cpu), (wp50, wp99, wcpu) = runs
+        print(f"\nwith the watch ([watch] every = {args.watch_every:g} s, ranges 16) against without: lag p50 "
+              f"{wp50:.2f} s vs {p50:.2f} s ({wp50 / p50:.2f}x), p99 {wp99:.2f} s vs {p99:.2f} s ({wp99 / p99:.2f}x), "
+              f"follower CPU {wcpu:.2f} vs {cpu:.2f} cores")
 
+
+def _measure(args: argparse.Namespace, watch_every: float) -> tuple[float, float, float]:
+    """One follower measured (see the module docstring): (lag p50, lag p99, its CPU in cores)."""
     work = Path(tempfile.mkdtemp(prefix="pgcdc-bench-lag-"))
     pg = LocalPostgres(Path(tempfile.mkdtemp(prefix="pgcdc-bench-pg-")), durable=args.durable,
                        settings={"shared_buffers": "512MB",  # (a writer connection per table)
@@ -174,7 +185,8 @@ def main() -> None:
         cfg.write_text(f'consumer = "lag"\n[source]\ndsn = "{pg.dsn()}"\n[target]\nroot = "{lake}"\n'
                        f'[ingest]\nengine = "{args.engine}"\nparallel_tables = {args.parallel}\n'
                        f'cuts = {"false" if args.no_cuts else "true"}\n'
-                       + (f"compact_files = {args.compact_files}\n" if args.compact_files is not None else ""))
+                       + (f"compact_files = {args.compact_files}\n" if args.compact_files is not None else "")
+                       + (f"[watch]\nevery = {watch_every}\n" if watch_every > 0 else ""))
         log = open(work / "follower.log", "w")
         follower = subprocess.Popen([sys.executable, "-m", "pgcdc", "--config", str(cfg), "--log-format", "json",
                                      "ingest", "--follow", "--interval", str(args.interval)],
@@ -185,7 +197,8 @@ def main() -> None:
         writers = [Writer(pg.dsn(), t, args.rows, args.rate / ROWS_PER_TX / args.tables, stop) for t in tables]
         for w in writers:
             w.start()
-        print(f"{args.tables} tables x {args.rows} rows; {args.rate:.0f} changed rows/s in transactions of "
+        print(f"{'watch every ' + str(watch_every) + ' s; ' if watch_every else ''}"
+              f"{args.tables} tables x {args.rows} rows; {args.rate:.0f} changed rows/s in transactions of "
               f"{ROWS_PER_TX}; engine {args.engine}; cuts {'off' if args.no_cuts else 'on'}; "
               f"follower --interval {args.interval}; warm-up {args.warmup:.0f} s, "
               f"then {args.minutes:g} min measured; work dir {work}", flush=True)
@@ -254,6 +267,7 @@ def main() -> None:
         print(f"follower RSS: python {samples[0][1]:.0f} -> {samples[-1][1]:.0f} MiB (max {max(s[1] for s in samples):.0f}), "
               f"jvm {samples[0][2]:.0f} -> {samples[-1][2]:.0f} MiB (max {max(s[2] for s in samples):.0f}) "
               f"over {samples[-1][0] / 60:.1f} min")
+    return pct(50), pct(99), cpu
 
 
 def _print_windows(lags: list[tuple[float, float]], batches: list[dict], start: float, end: float) -> None:
