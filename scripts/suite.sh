@@ -11,7 +11,8 @@
 # lane's pytest. Exit status: the first failing suite's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-SIDE_FILES=(tests/test_cluster.py tests/test_packaging.py tests/test_catalog.py tests/test_follow.py)
+SIDE_FILES=(tests/test_cluster.py tests/test_packaging.py tests/test_catalog.py tests/test_follow.py tests/test_watch.py
+            tests/test_reconcile.py)
 SIDE_TESTS=(tests/test_differential.py::test_delta_equals_postgres_on_object_storage
             tests/test_differential.py::test_delta_equals_postgres_reading_through_a_hot_standby
             tests/test_differential.py::test_delta_equals_postgres_with_a_fan_in
