@@ -130,12 +130,12 @@ def test_state_file_lost_is_rebuilt_from_the_commit(db: psycopg.Connection, sync
 @pytest.mark.parametrize("route", ["local folder", "Hadoop file system"])
 def test_state_file_is_replaced_whole_and_a_damaged_one_reads_as_missing(spark, tmp_path: Path, monkeypatch,
                                                                          route: str) -> None:
-    from pgcdc.lake import state
+    from pgcdc.lake import side_files
     from pgcdc.watermark import ConsumerState, TxidSet
     from pgcdc.lake.state import read_state_file, write_state_file
 
     if route == "Hadoop file system":  # the way to object stores, here over file://
-        monkeypatch.setattr(state, "_local_file", lambda path, consumer: None)
+        monkeypatch.setattr(side_files, "_local", lambda path, name: None)
     path = f"file://{tmp_path}/t"
     first = ConsumerState("c", "public.t", 7, "42", 100).next(120, TxidSet.of([(125, 126)]))
     assert read_state_file(spark, path, "c") is None
@@ -201,10 +201,14 @@ def test_cli_verify_and_status(db: psycopg.Connection, syncer, tmp_path: Path, c
     db.execute("reset session_replication_role")
     assert main(["--config", str(cfg), "verify"]) == 1
     assert "public.t: DIFFERENT: 1 rows only in PostgreSQL, 0 only in Delta" in capsys.readouterr().out
-    assert main(["--config", str(cfg), "status"]) == 0
+    assert main(["--config", str(cfg), "status"]) == 1  # (a difference verify found, not repaired yet)
     out = capsys.readouterr().out
-    assert out.startswith("status: OK - 1 table(s) synced; oldest pending change: ")
+    assert out.startswith("status: ATTENTION - 1 rows of public.t differ from its Delta table") and \
+        "run `pgcdc repair public.t`" in out, out
     assert "test      public.t" in out
+    assert main(["--config", str(cfg), "repair"]) == 0
+    assert main(["--config", str(cfg), "status"]) == 0
+    assert capsys.readouterr().out.split("status: ")[-1].startswith("OK - 1 table(s) synced; oldest pending change: ")
 
 
 def test_crash_after_merge_then_idle_rerun_does_not_reapply(db: psycopg.Connection, syncer, monkeypatch) -> None:
