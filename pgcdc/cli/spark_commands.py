@@ -91,7 +91,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         from dataclasses import asdict
 
-        _print_json([{k: v for k, v in asdict(r).items() if k != "differing"} | {"equal": r.equal} for r in results])
+        internal = ("differing", "ranges")  # (the keys, and the ranges' layout kept for repair)
+        _print_json([{k: v for k, v in asdict(r).items() if k not in internal} | {"equal": r.equal} for r in results])
     else:
         for r in results:
             print(r.line())
