@@ -46,8 +46,9 @@ def write_text(spark: "SparkSession", path: str, name: str, text: str) -> None:
         out.close()
 
 
-def read_text(spark: "SparkSession", path: str, name: str) -> str | None:
-    """The file `name` beside the table; None if absent or unreadable."""
+def read_text(spark: "SparkSession | None", path: str, name: str) -> str | None:
+    """The file `name` beside the table; None if absent or unreadable, or (without `spark`:
+    `pgcdc status`, which starts no Spark) if the table lies elsewhere than a local folder."""
     from py4j.protocol import Py4JJavaError
 
     local = _local(path, name)
@@ -56,6 +57,8 @@ def read_text(spark: "SparkSession", path: str, name: str) -> str | None:
             return local.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             return None
+    if spark is None:
+        return None
     file, fs = _remote(spark, path, name)
     try:
         if not fs.exists(file):
@@ -66,16 +69,6 @@ def read_text(spark: "SparkSession", path: str, name: str) -> str | None:
         finally:
             stream.close()
     except Py4JJavaError:  # e.g. a checksum error after a hand edit
-        return None
-
-
-def read_local(path: str, name: str) -> str | None:
-    """The file `name` beside a table in a local folder, without Spark (`pgcdc status`); None if
-    absent, unreadable, or the table lies elsewhere."""
-    local = _local(path, name)
-    try:
-        return None if local is None else local.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
         return None
 
 

@@ -46,8 +46,7 @@ def record(spark: "SparkSession", path: str, key: str, found: Verified) -> None:
 def last(spark: "SparkSession | None", path: str, key: str) -> Verified | None:
     """The table's last comparison kept for state key `key`, or None (without `spark`: of a table
     in a local folder alone)."""
-    text = side_files.read_text(spark, path, _name(key)) if spark is not None else \
-        side_files.read_local(path, _name(key))
+    text = side_files.read_text(spark, path, _name(key))
     try:
         d = json.loads(text) if text else None
         return None if d is None else Verified(datetime.fromisoformat(d["at"]), int(d["version"]), bool(d["equal"]),

@@ -61,12 +61,12 @@ def recover(ctx: RunContext, w: TableWork, last_batch: int, engine: Engine | Non
     `why`: what asks for it. Returns the state the batches go on from and the cut the table goes
     on in (it leaves the pass's: the comparison reads in a snapshot of its own). (Six
     parameters: copy_table's.)"""
-    refused = _refused(ctx, w)
-    if refused is None:
+    refused = _reconcilable(ctx, w)
+    if not isinstance(refused, str):
         cut = leave(cut, w.t, f"reconciled by range in a snapshot of its own ({why})", ctx.routine)
         ctx.say(f"{w.t.name}: {why}: reconciling its Delta table by range with PostgreSQL (rows compared in "
                 "key ranges, only those that differ rewritten) ...", log=_log)
-        done = _reconcile(ctx, w, last_batch)
+        done = _reconcile(ctx, w, last_batch, refused)
         if isinstance(done, ConsumerState):
             return done, cut
         refused = done
@@ -82,9 +82,10 @@ def holds_rows(spark: "SparkSession", path: str) -> bool:
     return bool(spark.read.format("delta").load(path).limit(1).count())
 
 
-def _refused(ctx: RunContext, w: TableWork) -> str | None:
-    """Why the table cannot be reconciled by range (so it is copied), as far as that is known
-    before reading its rows, or None."""
+def _reconcilable(ctx: RunContext, w: TableWork) -> list[str] | str:
+    """The SQL turning the table's differing keys back into keys (diff/queue.typed_keys), or why it
+    cannot be reconciled by range (so it is copied), as far as that is known before reading its
+    rows."""
     t = w.t
     if t.into is not None:
         return "a fan-in's source is copied into its shard"
@@ -100,13 +101,13 @@ def _refused(ctx: RunContext, w: TableWork) -> str | None:
     if keyed and keyed != sorted(t.key_columns):
         return f"its Delta table is keyed by {', '.join(keyed)}, the table now by {', '.join(t.key_columns)}"
     typed = typed_keys(w.primary, t)
-    return f"the queue cannot take {typed}" if isinstance(typed, str) else None
+    return f"the queue cannot take {typed}" if isinstance(typed, str) else typed
 
 
-def _reconcile(ctx: RunContext, w: TableWork, last_batch: int) -> ConsumerState | str:
+def _reconcile(ctx: RunContext, w: TableWork, last_batch: int, typed: list[str]) -> ConsumerState | str:
     """The comparison in a snapshot of its own (once the reader has reached the queue's
-    registration), the differing keys queued and the state committed: the state, or why the
-    table is copied after all."""
+    registration), the differing keys queued (`typed`: _reconcilable's SQL for them) and the state
+    committed: the state, or why the table is copied after all."""
     t, primary = w.t, w.primary
     registered = register_table(primary, ctx.settings.consumer, t.table_id, w.path)
     found = events.once_reached(w.reader, registered, ctx.settings.source.reader_role,
@@ -119,7 +120,6 @@ def _reconcile(ctx: RunContext, w: TableWork, last_batch: int) -> ConsumerState 
     fraction = ctx.settings.ingest.recopy_fraction
     if c.differing and 0 < fraction and len(c.differing) >= fraction * max(c.postgres_rows, 1):
         return f"{len(c.differing)} of {c.postgres_rows} rows differ, >= {fraction:.0%}"
-    typed = typed_keys(primary, t)
     queued = queue_differing(primary, t, c.differing, typed) if c.differing else 0
     faults.failpoint("before-reconcile-commit")
     mark_committing(primary, found.state, w.path)

@@ -70,8 +70,7 @@ class Watched:
 def watched(spark: "SparkSession | None", path: str, key: str) -> Watched | None:
     """The table's watch as kept beside its Delta table, or None (without `spark`: of a table in
     a local folder alone)."""
-    name = f"{key}.watch.json"
-    text = side_files.read_text(spark, path, name) if spark is not None else side_files.read_local(path, name)
+    text = side_files.read_text(spark, path, f"{key}.watch.json")
     try:
         return None if not text else Watched(**json.loads(text))
     except (ValueError, TypeError):
