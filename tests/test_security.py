@@ -353,6 +353,15 @@ def test_a_reader_made_by_pgcdc_grant_runs_ingest_status_and_verify(db: psycopg.
     with connect(roles.reader_dsn, reader=True) as reader:
         results = verify_mod.verify(syncer.spark, reader, str(syncer.root), tables)
     assert [r.equal for r in results] == [True, True], [r.line() for r in results]
+    capture.detach(db, "app.t")  # (attached again: a reader may not queue keys, so its run copies, saying why)
+    with _as(roles.app_dsn) as app:
+        app.execute("update app.t set v = 'unseen' where id = 1")
+    capture.attach(db, "app.t")
+    report = syncer.run(consumer="least")["app.t"]
+    assert report.copied == 45 and report.reconciled is None
+    assert any("may not queue the keys that differ" in line for line in syncer.lines), syncer.lines[-5:]
+    assert sorted(tuple(r) for r in syncer.delta("app.t").select("id", "v").collect()) == \
+        sorted(db.execute("select id, v from app.t").fetchall())
 
 
 def test_a_reader_gets_no_function_it_never_calls(db: psycopg.Connection, roles: Roles) -> None:

@@ -17,9 +17,10 @@ next batch's. Work grows with the table's size only in the comparison's reading,
 the rows that differ in its writing.
 
 Where that cannot hold, the table is copied instead, the reason said (`recover`): a fan-in's
-source, a Delta table of other columns, partitioning or key, none with rows, keys of a type
-someone created, keys Delta holds more than once, or so many rows differing that a copy is
-cheaper (`ingest.recopy_fraction`).
+source, a Delta table of other columns, partitioning or key, none with rows, a run's role that
+may not queue keys (a reader's: `pgcdc grant ROLE --reader`), keys of a type someone created,
+keys Delta holds more than once, or so many rows differing that a copy is cheaper
+(`ingest.recopy_fraction`).
 """
 
 from __future__ import annotations
@@ -100,6 +101,8 @@ def _reconcilable(ctx: RunContext, w: TableWork) -> list[str] | str:
     keyed = sorted(f.name for f in have.fields if not f.nullable)
     if keyed and keyed != sorted(t.key_columns):
         return f"its Delta table is keyed by {', '.join(keyed)}, the table now by {', '.join(t.key_columns)}"
+    if not w.primary.execute("select pg_catalog.has_table_privilege('pgcdc.commit_queue', 'insert')").fetchone()[0]:
+        return "the run's role may not queue the keys that differ (an admin role's right: `pgcdc grant ROLE --admin`)"
     typed = typed_keys(w.primary, t)
     return f"the queue cannot take {typed}" if isinstance(typed, str) else typed
 
