@@ -9,7 +9,8 @@ existed before it (source/added.py):
 - a column added with no default: NULL in every existing row, as in PostgreSQL (a metadata-only
   ADD COLUMNS);
 - a column added with a default PostgreSQL stored without rewriting the table (atthasmissing):
-  that value in every existing row;
+  that value in every existing row (a row marked deleted, `[target] deletes = "soft"`, keeps
+  NULL there: it was gone before the column came, and holds its last synced values);
 - dropped or renamed, in a table over 64 MiB (`by_mapping`, `[target] column_mapping`): ALTER
   TABLE DROP/RENAME COLUMN under Delta's column mapping (metadata alone; turned on first);
 - dropped or renamed in a smaller table, widened without loss (smallint -> int -> bigint, real ->
@@ -223,8 +224,10 @@ def apply(spark: "SparkSession", path: str, log: "LogState", evo: Evolution, map
             after = c.name
     else:
         rows = spark.read.format("delta").load(path)
+        gone = F.coalesce(F.col(landing.DELETED), F.lit(False)) if landing.DELETED in rows.columns else F.lit(False)
         exprs = [F.col(spark_ident(c.source)).cast(c.dtype).alias(c.name) if c.source is not None else
-                 F.lit(c.value).cast(c.dtype).alias(c.name) for c in evo.columns]
+                 F.when(gone, F.lit(None)).otherwise(F.lit(c.value)).cast(c.dtype).alias(c.name)
+                 for c in evo.columns]
         parts = list(log.metadata.get("partitionColumns") or [])
         writer = rows.select(*exprs).write.format("delta").mode("overwrite").option("overwriteSchema", "true")
         (writer.partitionBy(*parts) if parts else writer).save(path)
