@@ -64,8 +64,10 @@ def queue_differing(conn: psycopg.Connection, t: AttachedTable, keys: list[str],
 def replayed(primary: psycopg.Connection, reader: psycopg.Connection) -> None:
     """Wait until the reader (a standby) has replayed what the primary wrote so far (keys just
     queued): a sync and a comparison after it read the queue there, and a key it has not seen
-    yet would be neither applied nor on its way. (On a primary: no wait.)"""
-    row = primary.execute("select pg_catalog.pg_current_wal_lsn()::text").fetchone()
+    yet would be neither applied nor on its way. (On a primary: no wait.) The insert position,
+    not the written one: under synchronous_commit = off the keys' commit record may not be
+    written yet when this asks."""
+    row = primary.execute("select pg_catalog.pg_current_wal_insert_lsn()::text").fetchone()
     assert row is not None
     with reader.transaction():
         reader.execute(replayed_at_least(row[0]))
