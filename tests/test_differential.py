@@ -18,7 +18,8 @@ it again between runs (fixtures/column_events.py); seeds drawing column choices 
 whole leaving a column out, which tables get and bring later; the fan-in schedule narrows the
 consumer's tables to leave a tenant out now and then (every cut holding the fan-in must hold
 every tenant); seeds drawing a bypass change rows of `ints` behind capture between runs
-(`session_replication_role = replica`), and `pgcdc verify` must name those rows and no other
+(`session_replication_role = replica`, its triggers disabled in the writing transaction, or
+its Delta table written by another tool), and `pgcdc verify` must name those rows and no other
 while the writers write, and `pgcdc repair` must rewrite them (fixtures/bypass_events.py); plain
 schedules (and the partitioned, fan-in and lifecycle ones: 712 in `make test`) drawing a
 restore take a base backup of the server after the first run and, after the
