@@ -15,12 +15,19 @@ run (run_job, in this process) for each of:
 - the first sync of one more table, warm (the first one above also pays for the first use of
   every code path in the JVM, as a new process's first sync does).
 
+With --profile, one more pass with a changed row in each table (one lane) runs under cProfile
+and prints where a table's time goes: Py4J round trips and the time waiting on the JVM, SQL
+statements and the time waiting on PostgreSQL, and the pgcdc functions that take the most.
+
 Follower lag over many tables: `python -m bench.lag --tables 200 --rows 1000 --rate 200`.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
+from collections.abc import Callable
 
 import psycopg
 
@@ -38,6 +45,7 @@ def main() -> None:
     ap.add_argument("--tables", type=int, default=200)
     ap.add_argument("--rows", type=int, default=1000)
     ap.add_argument("--parallel", type=int, default=2, help="[ingest] parallel_tables measured beside 1")
+    ap.add_argument("--profile", action="store_true", help="where a changed table's time goes (one more pass)")
     args = ap.parse_args()
     names = [f"t{i:04d}" for i in range(args.tables)]
     with throwaway("tables") as (pg, work):
@@ -73,6 +81,11 @@ def main() -> None:
                 conn.execute(f"update app.{name} set v = 'changed' where id = 1")
         changed = {n: timed(f"one changed row in each of the {args.tables}, {n} lane(s)",
                             lambda: run_job(followers[n])) for n in lanes}
+        if args.profile:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                for name in names:
+                    conn.execute(f"update app.{name} set v = 'profiled' where id = 1")
+            _profiled(lambda: run_job(followers[1]), args.tables)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("create table app.extra (like app.t0000 including all)")
             conn.execute("insert into app.extra select * from app.t0000")
@@ -85,6 +98,32 @@ def main() -> None:
                   f"(goal <= {20 if args.tables <= 200 else 60} s at {200 if args.tables <= 200 else 1000} tables)")
         print(f"idle pass: {fresh:.2f} s new Job, {kept:.2f} s follower (goal <= 2 s)")
         spark.stop()
+
+
+def _profiled(work: Callable[[], object], tables: int) -> None:
+    """Run `work` under cProfile; print per table its Py4J round trips and SQL statements, the
+    seconds spent waiting on each, and the pgcdc functions taking the most (cumulative)."""
+    profile = cProfile.Profile()
+    profile.enable()
+    work()
+    profile.disable()
+    stats = pstats.Stats(profile)
+    total = max(row[3] for row in stats.stats.values())  # type: ignore[attr-defined]
+
+    def summed(file_part: str, function: str) -> tuple[int, float]:
+        rows = [v for k, v in stats.stats.items() if file_part in k[0] and k[2] == function]  # type: ignore[attr-defined]
+        return sum(r[1] for r in rows), sum(r[3] for r in rows)
+    py4j, jvm = summed("py4j/clientserver", "send_command")
+    statements, pg = summed("psycopg/cursor", "execute")
+    print(f"\nprofiled pass, one changed row in each of the {tables} tables: {total:.2f} s, {total / tables * 1000:.0f} ms "
+          f"a table: {py4j / tables:.0f} Py4J round trips ({jvm / tables * 1000:.0f} ms waiting on the JVM), "
+          f"{statements / tables:.0f} SQL statements ({pg / tables * 1000:.0f} ms waiting on PostgreSQL), the rest "
+          "Python (planning, pyarrow, the GIL)")
+    # (the run's own frames, which hold most of the pass, left out: below them, where it goes)
+    mine = sorted(((v[3], k) for k, v in stats.stats.items()  # type: ignore[attr-defined]
+                   if "/pgcdc/" in k[0] and v[3] < 0.5 * total), reverse=True)
+    for seconds, (file, line, function) in mine[:15]:
+        print(f"  {seconds / tables * 1000:6.1f} ms a table  {file.split('/pgcdc/')[1]}:{line} {function}")
 
 
 if __name__ == "__main__":
