@@ -224,7 +224,7 @@ def apply(spark: "SparkSession", path: str, log: "LogState", evo: Evolution, map
             after = c.name
     else:
         rows = spark.read.format("delta").load(path)
-        gone = F.coalesce(F.col(landing.DELETED), F.lit(False)) if landing.DELETED in rows.columns else F.lit(False)
+        gone = landing.marked_deleted(rows)
         exprs = [F.col(spark_ident(c.source)).cast(c.dtype).alias(c.name) if c.source is not None else
                  F.when(gone, F.lit(None)).otherwise(F.lit(c.value)).cast(c.dtype).alias(c.name)
                  for c in evo.columns]

@@ -98,9 +98,7 @@ def columns(data: "StructType", frame: "DataFrame") -> "list[Column]":
 def live(soft: bool, frame: "DataFrame") -> "Column":
     from pyspark.sql import functions as F
 
-    if soft and landing.DELETED in frame.columns:
-        return ~F.coalesce(F.col(spark_ident(landing.DELETED)), F.lit(False))
-    return F.lit(True)
+    return ~landing.marked_deleted(frame) if soft else F.lit(True)
 
 
 def _changes(mirror: Mirror, first: int, last: int) -> "DataFrame":

@@ -33,6 +33,16 @@ NAMES = (DELETED, DELETED_AT, SYNCED_AT, TXID)
 _OLD, _FOUND = "__pgcdc_old_", "__pgcdc_found"  # (a copy's join: the old rows' columns; a row the copy read)
 
 
+def marked_deleted(frame: "DataFrame") -> "Column":
+    """Whether each row of a Delta table's `frame` is marked deleted (never, where the table has no
+    such column: soft deletes off)."""
+    from pyspark.sql import functions as F
+
+    if DELETED not in frame.columns:
+        return F.lit(False)
+    return F.coalesce(F.col(spark_ident(DELETED)), F.lit(False))
+
+
 @dataclass(frozen=True)
 class Landing:
     """The shape of the consumer's Delta tables beyond the source's columns."""
