@@ -32,7 +32,8 @@ time); soaks play more, any way. To soak:
 
 plays seeds 1000, 1001, ... (both modes and both engines, alternately) for 30 minutes and stops at the
 first seed that differs. PGCDC_SEED alone re-plays one seed (in both modes where a test plays
-one mode of each seed) in the bounded tests. To soak the follower schedule (two workers, kills)
+one mode of each seed) in the bounded tests: the seed a schedule's line printed, with `-k`
+naming that schedule. To soak the follower schedule (two workers, kills)
 on new seeds, with more of the writers' schedule for the workers to share:
 
     PGCDC_SEED=13 PGCDC_FOLLOW_RUNS=6 .venv/bin/pytest -s tests/test_differential.py -k follower
@@ -68,6 +69,12 @@ PLAIN = [(s, m) for s in SEEDS for m in MODES] if REPLAY else [(12, "out_of_orde
 # second pair (merge; without the history: each table's fold costs seconds a run) play them; on
 # PostgreSQL 18 seed 11 keeps the plain mirror (PGCDC_PLAIN_SHAPES). A re-play plays what the seed draws.
 PLAIN_SHAPES = {"deletes": "hard", "metadata": False, "history": False}
+
+
+def _seed(offset: int) -> int:
+    """The seed a schedule plays: a re-played one as it is (each schedule's line prints the
+    PGCDC_SEED that plays it again), else the fixed seed plus the schedule's own offset."""
+    return SEEDS[0] if REPLAY else SEEDS[0] + offset
 
 
 def _play(params: Params, spark, dsn: str, tmp_path: Path, s3: S3Server | None = None, server=None) -> None:
@@ -106,7 +113,7 @@ def test_delta_equals_postgres_after_a_random_schedule(spark, dsn: str, pg_serve
 
 @pytest.mark.slow
 def test_delta_equals_postgres_reading_through_a_hot_standby(spark, dsn: str, pg_standby, tmp_path: Path) -> None:
-    seed = SEEDS[0] + 500
+    seed = _seed(500)
     standby = pg_standby.dsn(conninfo_to_dict(dsn)["dbname"])
     _play(Params.draw(seed, "out_of_order", replica_dsn=standby, runs=2, engine="auto", bank=True, **CI), spark, dsn,
           tmp_path)
@@ -117,7 +124,7 @@ def test_delta_equals_postgres_on_object_storage(spark, dsn: str, s3_server: S3S
     """A schedule against an s3a:// target on the suite's S3 server, kills included (the merge
     engine: auto gives it remote tables); other writers act between runs only (one writer per
     table at a time on S3, docs/deploying.md)."""
-    seed = SEEDS[0] + 900
+    seed = _seed(900)
     # (runs compact small files on S3 too: compact_files fixed low, whatever the seed draws; batches
     # are not cut small: a MERGE on S3 costs seconds, and small batches are the other schedules')
     _play(Params.draw(seed, "out_of_order", runs=2, compact_files=4, max_events_per_batch=10_000, **CI,
@@ -130,7 +137,7 @@ def test_delta_equals_postgres_with_a_follower(spark, dsn: str, tmp_path: Path) 
     tables through per-table leases) run all through the writers, are SIGKILLed at random moments
     and started again, share the consumer with compactions and other Delta writers, then alone
     catch up and stop on SIGTERM with exit 0."""
-    seed = SEEDS[0] + 301
+    seed = _seed(301)
     runs = int(os.environ.get("PGCDC_FOLLOW_RUNS", "2"))  # (stretches of the writers' schedule; more to soak it)
     _play(Params.draw(seed, "out_of_order" if seed % 4 < 2 else "strict", follow=True, runs=runs, workers=2),
           spark, dsn, tmp_path)
@@ -145,7 +152,7 @@ def test_delta_equals_postgres_with_a_partitioned_table(spark, dsn: str, pg_serv
     and then CONCURRENTLY), dropped, or a leaf truncated. Every other pair of seeds plays it
     without event triggers (an install without superuser rights), where runs copy the table
     after each change to the tree until `pgcdc attach` follows it again."""
-    seed = SEEDS[0] + 401 + 2 * (mode == "strict")  # (414: the fast engine, no event triggers)
+    seed = _seed(401 + 2 * (mode == "strict"))  # (414: the fast engine, no event triggers)
     _play(Params.draw(seed, mode, partitioned=True, event_triggers=seed // 2 % 2 == 0, runs=CI_RUNS, **CI,
                       **({} if REPLAY else PLAIN_SHAPES)), spark, dsn, tmp_path, server=pg_server.local)
 
@@ -156,7 +163,7 @@ def test_delta_equals_postgres_with_a_fan_in(spark, dsn: str, pg_server, tmp_pat
     """The fan-in schedule: besides the four plain tables, three tenants' `orders` (the same keys
     in each) land in one Delta table under their shards; between runs one tenant is resynced
     (the others' files must stay as they were) or truncated."""
-    seed = SEEDS[0] + 601 + 2 * (mode == "strict")  # (612: out-of-order, with a history)
+    seed = _seed(601 + 2 * (mode == "strict"))  # (612: out-of-order, with a history)
     # (a restore only where a seed is re-played: 612 with one failed once in CI, public.texts keeping a
     # column the restored database lacks, and did not fail again here; open, see the closing note)
     _play(Params.draw(seed, mode, fan_in=True, runs=CI_RUNS if REPLAY else 2, **CI), spark, dsn, tmp_path,
@@ -170,7 +177,7 @@ def test_delta_equals_postgres_through_a_tables_life(spark, dsn: str, pg_server,
     predicate on its key is renamed and renamed back and attached again with another predicate,
     a table keyed by a domain over date (written under random DateStyle and TimeZone) is dropped
     and created again; status must say OK exactly when Delta equals PostgreSQL."""
-    seed = SEEDS[0] + 700 + (mode == "strict")  # (712: the fast engine in strict mode)
+    seed = _seed(700 + (mode == "strict"))  # (712: the fast engine in strict mode)
     _play(Params.draw(seed, mode, lifecycle=True, runs=3, **CI), spark, dsn, tmp_path, server=pg_server.local)
 
 

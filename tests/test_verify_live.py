@@ -15,6 +15,7 @@ from fixtures.ingest import Syncer
 from pgcdc.checks.repair import repair
 from pgcdc.checks.verify import verify
 from pgcdc.source import capture
+from pgcdc.sync.runs import resync
 
 ROWS = 20_000
 
@@ -228,3 +229,38 @@ def test_repair_soon_after_verify_compares_only_the_key_ranges_verify_found(db: 
     assert forced.queued == 2 and forced.before.within == 0, forced.line()
     [final] = verify(syncer.spark, db, str(syncer.root), tables, consumer="test")
     assert final.equal, final.line()
+
+
+def test_columns_added_after_the_last_run_are_on_their_way_and_columns_added_to_delta_alone_differ(
+        db: psycopg.Connection, syncer: Syncer) -> None:
+    """A column added in PostgreSQL after the consumer's last commit: verify cannot compare the
+    rows yet and says the next run brings Delta to them (not DIFFERENT: a watch under live DDL
+    would name every such table); after that run, equal. A column added to the Delta table by
+    another tool, its state's columns still PostgreSQL's: DIFFERENT, with what to do."""
+    db.execute("create table k (id int primary key, v int)")
+    db.execute("insert into k select i, i from generate_series(1, 500) i")
+    capture.attach(db, "k")
+    syncer.run()
+    tables = [t for t in capture.list_attached(db) if t.name == "public.k"]
+    db.execute("alter table k add column extra text default 'x'")
+    [moving] = verify(syncer.spark, db, str(syncer.root), tables, consumer="test")
+    assert not moving.equal and moving.columns is None and moving.problem is not None, moving.line()
+    assert "NOT COMPARED: its columns changed in PostgreSQL after the consumer's last commit (columns differ: " \
+           "PostgreSQL id, v, extra; Delta id, v)" in moving.line(), moving.line()
+    assert "DIFFERENT" not in moving.line() and "compare again after `pgcdc ingest`" in moving.line(), moving.line()
+    syncer.run()
+    [after] = verify(syncer.spark, db, str(syncer.root), tables, consumer="test")
+    assert after.equal and after.delta_rows == 500, after.line()
+
+    syncer.spark.sql(f"alter table delta.`{syncer.path('public.k')}` add columns (elsewhere int)")
+    [differ] = verify(syncer.spark, db, str(syncer.root), tables, consumer="test")
+    assert differ.columns == "columns differ: PostgreSQL id, v, extra; Delta id, v, extra, elsewhere", differ.line()
+    assert "DIFFERENT" in differ.line() and differ.problem is None, differ.line()
+    assert "another tool changed the Delta table's columns after the consumer's last commit: run `pgcdc resync " \
+           "public.k`" in differ.line(), differ.line()
+    syncer.run()  # (the table is idle: a run passes it by)
+    [still] = verify(syncer.spark, db, str(syncer.root), tables, consumer="test")
+    assert still.columns == differ.columns, still.line()
+    resync(syncer.settings(), ["public.k"], syncer.spark)
+    [fixed] = verify(syncer.spark, db, str(syncer.root), tables, consumer="test")
+    assert fixed.equal and fixed.delta_rows == 500, fixed.line()

@@ -13,12 +13,22 @@ difference is real: a row changed where capture did not see it (triggers disable
 `session_replication_role = replica`), or a Delta table changed behind pgcdc's back. The state
 may be older than V (a run committed between the two reads): its unapplied events then
 include some V holds, which only errs toward "on its way".
+
+Columns alike: the state keeps a fingerprint of the columns its commit checked the Delta table
+against (`ConsumerState.columns`); if PostgreSQL's columns in S are not those, a column change
+has come since, which the next run brings to Delta (in place or by a copy), so columns that
+differ then are on their way too. If they are those, Delta at V should have them: a difference
+is real (the Delta table's schema changed by another tool).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from itertools import product
+
+from pgcdc.lake import landing
+from pgcdc.source.columns import fingerprint, table_columns
 from pgcdc.source.enrich import decoded_keys
 
 if TYPE_CHECKING:
@@ -46,3 +56,15 @@ def on_their_way(conn: "psycopg.Connection", t: "AttachedTable", state: "Consume
         f"where q.table_id = %s and q.txid >= %s::text::xid8) s where {key_sql} = any(%s)",
         (t.table_id, str(state.watermark), keys)).fetchall()
     return {key for key, txid in rows if txid not in state.out_of_order}
+
+
+def columns_checked(conn: "psycopg.Connection", t: "AttachedTable", state: "ConsumerState") -> bool | None:
+    """Whether `state`'s commit checked its Delta table against the table's columns as they are
+    in the connection's snapshot (its fingerprint, with whichever of pgcdc's own columns the
+    consumer lands: each way is tried); None where the state does not say (older pgcdc)."""
+    if not state.columns:
+        return None
+    columns = table_columns(conn, t.name)
+    soft, meta = landing.NAMES[:2], landing.NAMES[2:]
+    shapes = {" ".join((soft if s else ()) + (meta if m else ())) for s, m in product((False, True), repeat=2)}
+    return any(fingerprint(t.name, t.key_columns, columns, shape) == state.columns for shape in shapes)

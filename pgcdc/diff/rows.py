@@ -24,7 +24,7 @@ import psycopg
 from psycopg import sql
 
 from pgcdc.diff import canon
-from pgcdc.diff.in_flight import on_their_way
+from pgcdc.diff.in_flight import columns_checked, on_their_way
 from pgcdc.errors import first_line
 from pgcdc.lake import history, history_versions, landing, shards, tablelog, target
 from pgcdc.lake.paths import spark_ident
@@ -213,14 +213,33 @@ def _compare(spark: "SparkSession", conn: "psycopg.Connection", t: AttachedTable
     names = [c[0] for c in pg_cols]
     delta = _delta_rows(spark, t, path, names, version)
     if isinstance(delta, Comparison):
-        return delta
+        return _unless_on_their_way(conn, t, state, delta, names)
     types = {f.name: f.dataType for f in delta.schema.fields}
     differ = _columns_differ(t, path, names, list(types))
     if differ is not None:
-        return differ
+        return _unless_on_their_way(conn, t, state, differ, names)
     rows = _Rows.of(conn, t, pg_cols, types, None if only is None else only.buckets)
     chosen = None if only is None or (only.buckets != rows.buckets and not only.renew) else only.chosen
     return replace(rows.compare(conn, delta, path, state, chosen), version=version)
+
+
+def _unless_on_their_way(conn: "psycopg.Connection", t: AttachedTable, state: ConsumerState | None,
+                         differ: Comparison, names: list[str]) -> Comparison:
+    """`differ` (columns that differ) as the consumer's state explains it (diff/in_flight.py): a
+    column change it has not reached yet (not compared: the next run brings Delta to it), or a
+    Delta table whose columns another tool changed (the next run passes it by: resync). A key
+    column gone (`names`: PostgreSQL's columns) is neither: no run follows it."""
+    if differ.columns is None or state is None or any(k not in names for k in t.key_columns):
+        return differ
+    checked = columns_checked(conn, t, state)
+    if checked is None:
+        return differ
+    if checked:
+        return replace(differ, next_step=f"another tool changed the Delta table's columns after the consumer's last "
+                                         f"commit: run `pgcdc resync {t.name}` to write it again from PostgreSQL")
+    return replace(differ, columns=None, problem=f"its columns changed in PostgreSQL after the consumer's last "
+                   f"commit ({differ.columns}): the next run brings Delta to them",
+                   next_step="compare again after `pgcdc ingest`")
 
 
 def _delta_rows(spark: "SparkSession", t: AttachedTable, path: str, names: list[str],
