@@ -17,7 +17,8 @@ run (run_job, in this process) for each of:
 
 With --profile, one more pass with a changed row in each table (one lane) runs under cProfile
 and prints where a table's time goes: Py4J round trips and the time waiting on the JVM, SQL
-statements and the time waiting on PostgreSQL, and the pgcdc functions that take the most.
+statements and the time waiting on PostgreSQL, the pgcdc functions that take the most, and
+the Py4J round trips by the pgcdc function that made them.
 
 Follower lag over many tables: `python -m bench.lag --tables 200 --rows 1000 --rate 200`.
 """
@@ -103,10 +104,29 @@ def main() -> None:
 def _profiled(work: Callable[[], object], tables: int) -> None:
     """Run `work` under cProfile; print per table its Py4J round trips and SQL statements, the
     seconds spent waiting on each, and the pgcdc functions taking the most (cumulative)."""
+    import sys
+    from collections import Counter
+
+    from py4j.clientserver import ClientServerConnection
+
+    trips: Counter[str] = Counter()
+    send = ClientServerConnection.send_command
+
+    def counted(self: ClientServerConnection, command: str) -> str:  # (by the innermost pgcdc function)
+        frame = sys._getframe(1)
+        while frame is not None and "/pgcdc/" not in frame.f_code.co_filename:
+            frame = frame.f_back
+        trips[("(outside pgcdc)" if frame is None else
+               f"{frame.f_code.co_filename.split('/pgcdc/')[1]}:{frame.f_code.co_name}") + f" [{command[:1]}]"] += 1
+        return send(self, command)
+    ClientServerConnection.send_command = counted  # type: ignore[method-assign]
     profile = cProfile.Profile()
-    profile.enable()
-    work()
-    profile.disable()
+    try:
+        profile.enable()
+        work()
+        profile.disable()
+    finally:
+        ClientServerConnection.send_command = send  # type: ignore[method-assign]
     stats = pstats.Stats(profile)
     total = max(row[3] for row in stats.stats.values())  # type: ignore[attr-defined]
 
@@ -124,6 +144,10 @@ def _profiled(work: Callable[[], object], tables: int) -> None:
                    if "/pgcdc/" in k[0] and v[3] < 0.5 * total), reverse=True)
     for seconds, (file, line, function) in mine[:15]:
         print(f"  {seconds / tables * 1000:6.1f} ms a table  {file.split('/pgcdc/')[1]}:{line} {function}")
+    print("Py4J round trips a table, by the pgcdc function that made them [the command: c call, r reflection, "
+          "m memory, i constructor, ...]:")
+    for where, count in trips.most_common(20):
+        print(f"  {count / tables:6.1f}  {where}")
 
 
 if __name__ == "__main__":
