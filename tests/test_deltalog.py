@@ -13,6 +13,7 @@ import pytest
 from pgcdc.source import capture
 from pgcdc.lake import tablelog
 from pgcdc.engines.fast import deltalog
+from pgcdc.engines.fast.deltalog import Opened
 from pgcdc.errors import TargetError
 from pgcdc.spark.jvm import pylist
 from pyspark.sql.types import StructType
@@ -48,7 +49,7 @@ def test_checksum_answers_match_the_state_reconstruction(db: psycopg.Connection,
     assert read.configuration["pgcdc.consumer"] == snapshot.metadata().configuration().get("pgcdc.consumer").get()
     assert read.schema() == StructType.fromJson(json.loads(snapshot.schema().json()))
     assert len(read.all_files or []) == snapshot.numOfFiles()
-    from_checksum = pylist(syncer.spark, deltalog.read_all_files(log.startTransaction()))
+    from_checksum = pylist(syncer.spark, deltalog.read_all_files(deltalog.Opened.of(syncer.spark, path)))
     reconstructed = pylist(syncer.spark, log.startTransaction().filterFiles())
     assert sorted((a.path(), a.deletionVector() and a.deletionVector().cardinality()) for a in from_checksum) == \
         sorted((a.path(), a.deletionVector() and a.deletionVector().cardinality()) for a in reconstructed)
@@ -202,30 +203,29 @@ def test_driver_path_only_for_files_on_the_local_file_system(spark, tmp_path: Pa
     path = str(tmp_path / "t")
     spark.range(3).repartition(2).write.format("delta").save(path)
     delta = spark._jvm.org.apache.spark.sql.delta
-    txn = delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()
-    local = pylist(spark, txn.filterFiles())
+    opened = Opened.of(spark, path)
+    local = pylist(spark, opened.txn.filterFiles())
     remote = delta.actions.Action.fromJson(
         '{"add":{"path":"s3a://bucket/t/part-00000.parquet","partitionValues":{},"size":1,'
         '"modificationTime":0,"dataChange":true}}')
-    found = local_paths(txn, local)
+    found = local_paths(opened, local)
     assert sorted(found) == sorted(str(p) for p in Path(path).glob("part-*.parquet")) and len(found) == 2
-    assert local_paths(txn, local + [remote]) is None
-    assert local_paths(txn, [remote]) is None
+    assert local_paths(opened, local + [remote]) is None
+    assert local_paths(opened, [remote]) is None
 
 
 def test_local_paths_decode_delta_file_names_as_hadoop_does(spark, tmp_path: Path) -> None:
     """The fast engine decodes Delta's relative, URI-encoded file paths itself (no Py4J round
     trips): the same paths Hadoop gives, also for names Delta has to encode, and each exists."""
     from pgcdc.engines.fast import driver_marks
-    from pgcdc.spark.jvm import cls
 
     path = str(tmp_path / "odd folder %é")
     spark.createDataFrame([(1, "a b"), (2, "50%"), (3, "é/x"), (4, "plain"), (5, "a+b=c:d")], "id long, p string") \
         .write.format("delta").partitionBy("p").save(path)
-    txn = cls(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path).startTransaction()
-    files = pylist(spark, txn.filterFiles())
+    opened = Opened.of(spark, path)
+    files = pylist(spark, opened.txn.filterFiles())
     assert len(files) == 5 and any("%" in f.path() for f in files)  # (names Delta had to encode)
-    log = txn.deltaLog()
-    paths = driver_marks.local_paths(txn, files)
+    log = opened.txn.deltaLog()
+    paths = driver_marks.local_paths(opened, files)
     assert paths == [f.absolutePath(log).toUri().getPath() for f in files]
     assert all(Path(p).is_file() for p in paths)

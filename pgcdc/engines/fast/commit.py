@@ -20,12 +20,12 @@ from py4j.protocol import Py4JJavaError
 
 from pgcdc import faults
 from pgcdc.engines.fast import driver_marks, driver_write
-from pgcdc.engines.fast.deltalog import files_overlapping, physical_names, read_all_files, read_committed_version, stored_rows
+from pgcdc.engines.fast.deltalog import Opened, files_overlapping, read_all_files, read_committed_version, stored_rows
 from pgcdc.errors import ConflictError, TargetError
 from pgcdc.lake.state import app_id
 from pgcdc.lake.target import Written, state_commit
 from pgcdc.source.enrich import KEY_PREFIX, array_bounds
-from pgcdc.spark.jvm import alongside, cls, kept, optional, pylist, scala_map, seq
+from pgcdc.spark.jvm import alongside, cls, kept, pylist, scala_map, seq
 from pgcdc.spark.jvm import none as jvm_none
 from pgcdc.spark.jvm import some as jvm_some
 from pgcdc.watermark import ConsumerState
@@ -76,29 +76,29 @@ def merge(a: Applying, bounds: tuple[int, int] | None = None, keys: "Callable[[]
 
     spark, path, read, state = a.spark, a.path, a.read, a.state
     started = time.monotonic()
-    txn = cls(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path).startTransaction()
-    if read_committed_version(txn, app_id(state.key)) >= state.batch:
+    o = Opened.of(spark, path)
+    if read_committed_version(o, app_id(state.key)) >= state.batch:
         raise TargetError(f"batch {state.batch} of consumer {state.consumer} is already committed to {path}: "
                           "is a second ingest running elsewhere?")
-    if str(optional(txn.metadata().configuration().get("delta.enableDeletionVectors"))).lower() != "true":
+    if o.config("delta.enableDeletionVectors").lower() != "true":
         raise TargetError(f"deletion vectors are turned off on {path}; pgcdc applies batches with them: turn them on "
                           f"again (ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = "
                           "'true')) and run the ingest again")
     # Reading the whole file list records it in the transaction: a concurrent rewrite of
     # those files (OPTIMIZE elsewhere) makes this commit fail instead of resurrecting rows.
-    files = pylist(spark, read_all_files(txn))
+    files = pylist(spark, read_all_files(o))
     if keys is not None:
         (added, write_ms), (found, scan_ms) = alongside(  # rows written while old ones are found
-            lambda: _timed(lambda: _write_rows(a, txn, local_rows)),
-            lambda: _timed(lambda: _found_on_driver(spark, txn, files, read, keys())))
-        return _apply(a, txn, found, _Timing(started, scan_ms, write_ms), added)
+            lambda: _timed(lambda: _write_rows(a, o, local_rows)),
+            lambda: _timed(lambda: _found_on_driver(spark, o, files, read, keys())))
+        return _apply(a, o, found, _Timing(started, scan_ms, write_ms), added)
     if bounds is not None:  # files whose key range misses the batch hold none of its keys
-        files = files_overlapping(files, physical_names(txn, read.key_columns[:1])[0], *bounds)
+        files = files_overlapping(files, o.physical_names(read.key_columns[:1])[0], *bounds)
     key_frame = read.keys.persist(StorageLevel.MEMORY_AND_DISK)  # read once from PostgreSQL: counted, then joined
     try:
         num_keys = key_frame.count()
-        vectors, scan_ms = _timed(lambda: _matched_rows(spark, txn, files, key_frame, num_keys, bounds))
-        return _apply(a, txn, _Found(files, vectors, num_keys, bounds), _Timing(started, scan_ms), None)
+        vectors, scan_ms = _timed(lambda: _matched_rows(spark, o, files, key_frame, num_keys, bounds))
+        return _apply(a, o, _Found(files, vectors, num_keys, bounds), _Timing(started, scan_ms), None)
     finally:
         key_frame.unpersist()
 
@@ -129,41 +129,41 @@ def _timed(work: Callable[[], T]) -> tuple[T, int]:
     return result, int((time.monotonic() - began) * 1000)
 
 
-def _found_on_driver(spark: "SparkSession", txn: Any, files: list[Any], read: "BatchRead", keys: "pa.Table") -> _Found:
+def _found_on_driver(spark: "SparkSession", o: Opened, files: list[Any], read: "BatchRead", keys: "pa.Table") -> _Found:
     """The files that may hold `keys` (by their key range), the deletion vectors over their
     rows of `keys` (found by the driver; by a Spark join if a file is not on the local file
     system), and the number of keys."""
     bounds = array_bounds(keys)
-    stored = physical_names(txn, read.key_columns)  # (the names the files and their statistics use)
+    stored = o.physical_names(read.key_columns)  # (the names the files and their statistics use)
     if bounds is not None:
         files = files_overlapping(files, stored[0], *bounds)
-    paths = driver_marks.local_paths(txn, files)
+    paths = driver_marks.local_paths(o, files)
     if paths is None:
-        vectors = _matched_rows(spark, txn, files, read.keys, keys.num_rows, bounds)
+        vectors = _matched_rows(spark, o, files, read.keys, keys.num_rows, bounds)
     else:
-        vectors = driver_marks.deletion_vectors(spark, txn, files, paths, stored, keys.rename_columns(stored))
+        vectors = driver_marks.deletion_vectors(spark, o, files, paths, stored, keys.rename_columns(stored))
     return _Found(files, vectors, keys.num_rows, bounds)
 
 
-def _write_rows(a: Applying, txn: Any, local_rows: "Callable[[], pa.Table | None] | None") -> list[Any]:
+def _write_rows(a: Applying, o: Opened, local_rows: "Callable[[], pa.Table | None] | None") -> list[Any]:
     """Write the batch's rows: by the driver where it has them (`local_rows`), else by a Spark
     job (`landed_rows`, or the live rows); their AddFiles."""
     table = local_rows() if local_rows is not None else None
-    added = driver_write.write(a.spark, txn, table, a.read.key_columns) if table is not None else None
+    added = driver_write.write(a.spark, o, table, a.read.key_columns) if table is not None else None
     if added is not None:
         return added
-    rows = a.landed_rows(int(txn.readVersion())) if a.landed_rows is not None else a.read.rows
-    return pylist(a.spark, txn.writeFiles(rows._jdf))
+    rows = a.landed_rows(int(o.txn.readVersion())) if a.landed_rows is not None else a.read.rows
+    return pylist(a.spark, o.txn.writeFiles(rows._jdf))
 
 
-def _apply(a: Applying, txn: Any, found: _Found, timing: _Timing, added: list[Any] | None) -> Written:
+def _apply(a: Applying, o: Opened, found: _Found, timing: _Timing, added: list[Any] | None) -> Written:
     """Commit the rows' new files (`added`, written by the driver; if None, Spark writes them
     now) with the deletion vectors (`found`) and the state, with a MERGE's operation
     parameters and metrics."""
-    spark = a.spark
+    spark, txn = a.spark, o.txn
     removals, dv_metrics = _mark_deleted(spark, txn, found.files, found.vectors)
     if added is None:
-        written, timing.write_ms = _timed(lambda: _write_rows(a, txn, None))
+        written, timing.write_ms = _timed(lambda: _write_rows(a, o, None))
     else:
         written = added
     added_json = [json.loads(x.json())["add"] for x in written]
@@ -230,7 +230,7 @@ def _merge_clauses(spark: "SparkSession", key: str) -> tuple[Any, Any, Any]:
     return kept(spark, ("merge clauses", key), make)
 
 
-def _matched_rows(spark: "SparkSession", txn: Any, files: list[Any], keys: "DataFrame", num_keys: int,
+def _matched_rows(spark: "SparkSession", o: Opened, files: list[Any], keys: "DataFrame", num_keys: int,
                   bounds: tuple[int, int] | None) -> Any:
     """Deletion vectors (Delta's DeletionVectorResults, written) over every row of `files`
     whose key is in `keys`, found by a Spark join."""
@@ -239,7 +239,7 @@ def _matched_rows(spark: "SparkSession", txn: Any, files: list[Any], keys: "Data
     if not files:
         return seq(spark, [])
     key_columns = keys.columns
-    target = stored_rows(spark, txn, files, key_columns)
+    target = stored_rows(spark, o, files, key_columns)
     if bounds is not None:
         target = target.where(F.col(key_columns[0]).between(int(bounds[0]), int(bounds[1])))
     target = target.select(*key_columns, F.col("_metadata.file_path").alias(_FILE),
@@ -249,7 +249,7 @@ def _matched_rows(spark: "SparkSession", txn: Any, files: list[Any], keys: "Data
     matched = target.join(F.broadcast(keys) if num_keys <= BROADCAST_KEYS else keys, on=key_columns)
     return cls(spark, "org.apache.spark.sql.delta.commands.DeletionVectorBitmapGenerator") \
         .buildRowIndexSetsForFilesMatchingCondition(
-            spark._jsparkSession, txn, True, matched._jdf, seq(spark, files),
+            spark._jsparkSession, o.txn, True, matched._jdf, seq(spark, files),
             cls(spark, "org.apache.spark.sql.catalyst.expressions.Literal").TrueLiteral(),
             jvm_some(spark, F.col(_FILE)._jc), jvm_some(spark, F.col(_ROW)._jc))
 
@@ -317,15 +317,18 @@ def _wide_stats(stats: str, deleted_before: int) -> str:
 
 def record_metrics(spark: "SparkSession", txn: Any, metrics: dict[str, int]) -> None:
     """Operation metrics of the commit, shown by DESCRIBE HISTORY like a MERGE's. The metric
-    objects (Spark accumulators) and their map are made once per session and thread and set
-    anew for each commit (making them costs ~75 Py4J round trips)."""
-    def make() -> tuple[Any, dict[str, Any]]:
+    objects (Spark accumulators) and their map are made once per session and thread (making
+    them costs ~75 Py4J round trips), and only a value other than the one it holds from the
+    last commit is set (a round trip each: most of a small batch's stay as they were)."""
+    def make() -> tuple[Any, dict[str, Any], dict[str, int]]:
         create = cls(spark, "org.apache.spark.sql.execution.metric.SQLMetrics").createMetric
         registered = {name: create(spark._jsc.sc(), name) for name in metrics}
-        return scala_map(spark, registered), registered
-    scala, registered = kept(spark, ("metrics", threading.get_ident(), tuple(metrics)), make)
+        return scala_map(spark, registered), registered, {}
+    scala, registered, held = kept(spark, ("metrics", threading.get_ident(), tuple(metrics)), make)
     for name, value in metrics.items():
-        registered[name].set(int(value))
+        if held.get(name) != int(value):
+            registered[name].set(int(value))
+            held[name] = int(value)
     txn.registerSQLMetrics(spark._jsparkSession, scala)
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from pgcdc.engines.fast import driver_write
 from pgcdc.engines.fast.commit import commit_actions, record_metrics
-from pgcdc.engines.fast.deltalog import read_all_files
+from pgcdc.engines.fast.deltalog import Opened, read_all_files
 from pgcdc.lake.target import Written, schema_change
 from pgcdc.spark.jvm import cls, pylist
 from pgcdc.spark.jvm import none as jvm_none
@@ -32,16 +32,17 @@ def copy(work: "CopyWork") -> Written | None:
 
     spark, path, schema = work.spark, work.path, work.schema
 
-    txn = cls(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path).startTransaction()
-    stored = StructType.fromJson(json.loads(json.loads(txn.metadata().json())["metaData"]["schemaString"]))
+    o = Opened.of(spark, path)
+    txn = o.txn
+    stored = StructType.fromJson(json.loads(o.metadata["schemaString"]))
     if schema_change(stored, schema) is not None:
         return None
     table = driver_write.arrow_rows(work.rows(), schema)
     if table is None:
         return None
-    files = pylist(spark, read_all_files(txn))  # (read whole: a concurrent rewrite fails this commit)
+    files = pylist(spark, read_all_files(o))  # (read whole: a concurrent rewrite fails this commit)
     # (an empty table: no file, as Spark's overwrite of no rows)
-    added = driver_write.write(spark, txn, table, work.key_columns) if table.num_rows else []
+    added = driver_write.write(spark, o, table, work.key_columns) if table.num_rows else []
     if added is None:
         return None
     removed = [f.remove() for f in files]

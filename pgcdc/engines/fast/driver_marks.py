@@ -34,22 +34,23 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
+    from pgcdc.engines.fast.deltalog import Opened
 
-def local_paths(txn: Any, files: list[Any]) -> list[str] | None:
+
+def local_paths(o: "Opened", files: list[Any]) -> list[str] | None:
     """Each file's local path, or None if any file is not on the local file system. A path
     relative to the table (Delta's own, URI-encoded) is decoded here: asking Hadoop costs four
     Py4J round trips a file, in every batch."""
-    log = txn.deltaLog()
-    table = log.dataPath().toUri()
-    if table.getScheme() not in (None, "file"):
+    if o.scheme not in (None, "file"):
         return None
-    table_dir = table.getPath()
+    log = None
     paths = []
     for add in files:
         relative = add.path()
         if ":" not in relative and not relative.startswith("/"):
-            paths.append(os.path.join(table_dir, unquote(relative)))
+            paths.append(os.path.join(o.table_dir, unquote(relative)))
             continue
+        log = log or o.txn.deltaLog()
         uri = add.absolutePath(log).toUri()
         if uri.getScheme() not in (None, "file"):
             return None
@@ -232,15 +233,16 @@ def portable_bitmap(mask: "pa.BooleanArray") -> bytes:
     return b"".join(header + bodies)
 
 
-def deletion_vectors(spark: "SparkSession", txn: Any, files: list[Any], paths: list[str], columns: list[str],
+def deletion_vectors(spark: "SparkSession", o: "Opened", files: list[Any], paths: list[str], columns: list[str],
                      keys: "pa.Table") -> Any:
     """Deletion vectors (a Scala Seq of Delta's DeletionVectorResult, written to storage)
     over every row of `files` whose key `columns` are one of `keys`; files without such a
     row are left out."""
     vector_data = cls(spark, "org.apache.spark.sql.delta.commands.DeletionVectorData")
     spark_path = cls(spark, "org.apache.spark.paths.SparkPath")
+    txn = o.txn
     log = txn.deltaLog()
-    table_dir = log.dataPath().toUri().getPath()
+    table_dir = o.table_dir
     data = []
     for add, mask in zip(files, _masks(table_dir, paths, columns, keys)):
         count = mask.true_count

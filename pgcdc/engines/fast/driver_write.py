@@ -25,6 +25,8 @@ from pgcdc.spark.jvm import cls
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from pgcdc.engines.fast.deltalog import Opened
     from pyspark.sql import SparkSession
     from pyspark.sql.types import DataType, StructType
 
@@ -69,14 +71,12 @@ def arrow_rows(rows: list[tuple[Any, ...]] | None, schema: "StructType") -> "pa.
     return pa.Table.from_arrays(arrays, names=[f.name for f in schema.fields])
 
 
-def _fits(txn: Any, metadata: dict[str, Any], table: "pa.Table") -> bool:
-    """True if writing `table` as a plain file is all Delta's writer would do for this table.
-    (Read from the actions' JSON: two Py4J calls instead of ~100.)"""
-    protocol = json.loads(txn.protocol().json())["protocol"]
+def _fits(o: "Opened", table: "pa.Table") -> bool:
+    """True if writing `table` as a plain file is all Delta's writer would do for this table."""
+    protocol, metadata = o.protocol, o.metadata
     config, fields = metadata.get("configuration", {}), json.loads(metadata["schemaString"])["fields"]
-    uri = txn.deltaLog().dataPath().toUri()
     if (protocol.get("minWriterVersion") != 7 or set(protocol.get("writerFeatures", [])) - FEATURES
-            or metadata.get("partitionColumns") or uri.getScheme() not in (None, "file")
+            or metadata.get("partitionColumns") or o.scheme not in (None, "file")
             or any(k.startswith("delta.constraints.") for k in config)
             or config.get("delta.columnMapping.mode", "none") != "none"
             or any(k.startswith(_WRITER_METADATA) for f in fields for k in f.get("metadata", {}))):
@@ -87,23 +87,22 @@ def _fits(txn: Any, metadata: dict[str, Any], table: "pa.Table") -> bool:
     return all(table.column(f["name"]).null_count == 0 for f in fields if not f["nullable"])
 
 
-def write(spark: "SparkSession", txn: Any, table: "pa.Table", key_columns: list[str]) -> list[Any] | None:
+def write(spark: "SparkSession", o: "Opened", table: "pa.Table", key_columns: list[str]) -> list[Any] | None:
     """Write `table` into the transaction's table as one Parquet file, and its key index
     (key_index.py, of `key_columns`); its AddFile (in a list, as txn.writeFiles returns
     them), or None where Spark's writer has to do it."""
     import pyarrow.parquet as pq
 
-    metadata = json.loads(txn.metadata().json())["metaData"]  # (the table's metadata action, read once)
-    if not _fits(txn, metadata, table):
+    if not _fits(o, table):
         return None
-    config = {str(k): str(v) for k, v in metadata.get("configuration", {}).items()}
+    config = {str(k): str(v) for k, v in o.metadata.get("configuration", {}).items()}
     stats = file_stats.collect(table, config, spark.conf.get("spark.sql.session.timeZone", "UTC") or "UTC",
                                int(spark.conf.get("spark.databricks.delta.stats.skipping.strings.prefixLength", "32")
                                    or 32))
     if stats is None:
         return None
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-    table_dir = txn.deltaLog().dataPath().toUri().getPath()
+    table_dir = o.table_dir
     local = os.path.join(table_dir, name)
     # Spark's version in the file's metadata, as Spark's writer puts it: readers then take its
     # dates and timestamps as proleptic Gregorian (no calendar rebase), whatever their settings
