@@ -28,7 +28,11 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import sys
+from collections import Counter
 from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 import psycopg
 
@@ -104,29 +108,21 @@ def main() -> None:
 def _profiled(work: Callable[[], object], tables: int) -> None:
     """Run `work` under cProfile; print per table its Py4J round trips and SQL statements, the
     seconds spent waiting on each, and the pgcdc functions taking the most (cumulative)."""
-    import sys
-    from collections import Counter
-
+    import psycopg
     from py4j.clientserver import ClientServerConnection
 
     trips: Counter[str] = Counter()
-    send = ClientServerConnection.send_command
-
-    def counted(self: ClientServerConnection, command: str) -> str:  # (by the innermost pgcdc function)
-        frame = sys._getframe(1)
-        while frame is not None and "/pgcdc/" not in frame.f_code.co_filename:
-            frame = frame.f_back
-        trips[("(outside pgcdc)" if frame is None else
-               f"{frame.f_code.co_filename.split('/pgcdc/')[1]}:{frame.f_code.co_name}") + f" [{command[:1]}]"] += 1
-        return send(self, command)
-    ClientServerConnection.send_command = counted  # type: ignore[method-assign]
+    statements_by: Counter[str] = Counter()
+    undo = [_by_caller(ClientServerConnection, "send_command", trips, lambda command: command[:1]),
+            _by_caller(psycopg.Cursor, "execute", statements_by, lambda query: " ".join(str(query).split())[:60])]
     profile = cProfile.Profile()
     try:
         profile.enable()
         work()
         profile.disable()
     finally:
-        ClientServerConnection.send_command = send  # type: ignore[method-assign]
+        for done in undo:
+            done()
     stats = pstats.Stats(profile)
     total = max(row[3] for row in stats.stats.values())  # type: ignore[attr-defined]
 
@@ -148,6 +144,26 @@ def _profiled(work: Callable[[], object], tables: int) -> None:
           "m memory, i constructor, ...]:")
     for where, count in trips.most_common(20):
         print(f"  {count / tables:6.1f}  {where}")
+    print("SQL statements a table, by the pgcdc function that sent them [the statement's start]:")
+    for where, count in statements_by.most_common(30):
+        print(f"  {count / tables:6.1f}  {where}")
+
+
+def _by_caller(owner: type, name: str, counter: "Counter[str]", what: "Callable[[Any], str]") -> Callable[[], None]:
+    """Count calls of `owner.name` by the innermost pgcdc function on the stack (and `what`
+    of its first argument) into `counter`, until the function returned is called."""
+    real = getattr(owner, name)
+
+    def counted(self: Any, first: Any, *args: Any, **kwargs: Any) -> Any:
+        frame: "FrameType | None" = sys._getframe(1)
+        while frame is not None and "/pgcdc/" not in frame.f_code.co_filename:
+            frame = frame.f_back
+        where = "(outside pgcdc)" if frame is None else \
+            f"{frame.f_code.co_filename.split('/pgcdc/')[1]}:{frame.f_code.co_name}"
+        counter[f"{where} [{what(first)}]"] += 1
+        return real(self, first, *args, **kwargs)
+    setattr(owner, name, counted)
+    return lambda: setattr(owner, name, real)
 
 
 if __name__ == "__main__":

@@ -73,11 +73,14 @@ def session_confs(spark: "SparkSession", confs: dict[str, str]) -> Iterator[None
 
 
 @contextmanager
-def state_commit(spark: "SparkSession", state: ConsumerState) -> Iterator[None]:
-    """Session confs that put the state into the next Delta commit; always unset after."""
-    confs = {"spark.databricks.delta.write.txnAppId": app_id(state.key),
-             "spark.databricks.delta.write.txnVersion": str(state.batch),
-             USER_METADATA: state.to_json()}
+def state_commit(spark: "SparkSession", state: ConsumerState, marked: bool = False) -> Iterator[None]:
+    """Session confs that put the state into the next Delta commit; always unset after.
+    `marked`: the commit carries its txn mark itself (the fast engine's transaction), so only
+    the commit's userMetadata is set (a Py4J round trip per conf set and unset)."""
+    confs = {USER_METADATA: state.to_json()} if marked else {
+        "spark.databricks.delta.write.txnAppId": app_id(state.key),
+        "spark.databricks.delta.write.txnVersion": str(state.batch),
+        USER_METADATA: state.to_json()}
     for key, value in confs.items():
         spark.conf.set(key, value)
     try:

@@ -72,9 +72,8 @@ def importing(conn: psycopg.Connection, held: Held) -> Iterator[None]:
     """A read-only transaction on `conn` that reads in the held snapshot. Fails naming the likely
     cause where the reader cannot import it (another server behind one DSN)."""
     with conn.transaction():
-        try:
-            for statement in import_statements(held.exported):
-                conn.execute(statement)
+        try:  # (one round trip: a statement without parameters goes by the simple protocol, which takes two)
+            conn.execute("; ".join(import_statements(held.exported)))
         except psycopg.Error as exc:
             raise TargetError(f"the reader could not import the pass's snapshot ({exc.diag.message_primary}): the "
                               "transaction holding it ended (on a standby, a recovery conflict cancels it past "

@@ -339,7 +339,7 @@ def commit_actions(spark: "SparkSession", path: str, txn: Any, actions: list[Any
         app_id(state.key), state.batch, jvm_some(spark, cls(spark, "java.lang.Long").valueOf(int(time.time() * 1000))))
     faults.failpoint("before-commit")
     try:
-        with state_commit(spark, state):  # its userMetadata goes into this commit's commitInfo
+        with state_commit(spark, state, marked=True):  # its userMetadata goes into this commit's commitInfo
             return int(txn.commit(seq(spark, actions + [mark]), operation))
     except Py4JJavaError as e:
         if "Concurrent" not in e.java_exception.getClass().getName():
