@@ -11,7 +11,8 @@ for its highest sequence number and notes when each number first became readable
 Lag = that moment - the commit's return, for every transaction after a warm-up.
 
 It prints p50/p90/p99/max lag, the follower's CPU (its Python and its JVM, from /proc) as
-cores used, and its resident memory (RSS of both) sampled every --rss-every seconds, so a
+cores used beside the reader's and the rest of the machine's (the writers, PostgreSQL), its
+runs' (passes') median time, and its resident memory (RSS of both) sampled every --rss-every seconds, so a
 long run (--minutes 120) shows whether memory stays flat.
 """
 
@@ -94,6 +95,12 @@ def cpu_seconds(pids: list[int]) -> float:
         fields = stat[stat.rindex(")") + 2:].split()
         total += int(fields[11]) + int(fields[12])  # utime, stime
     return total / ticks
+
+
+def machine_cpu_seconds() -> float:
+    """CPU seconds every process on the machine used so far (/proc/stat: all but idle and iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mib(pids: list[int]) -> tuple[float, float]:
@@ -206,6 +213,7 @@ def _measure(args: argparse.Namespace, watch_every: float) -> tuple[float, float
         measure_from = time.time()
         pids = process_group(follower.pid)
         cpu0, t0 = cpu_seconds(pids), time.monotonic()
+        reader0, machine0 = cpu_seconds(process_group(reader.pid)), machine_cpu_seconds()
         samples = []
         end = time.monotonic() + 60 * args.minutes
         while time.monotonic() < end:
@@ -216,7 +224,10 @@ def _measure(args: argparse.Namespace, watch_every: float) -> tuple[float, float
             print(f"  t+{samples[-1][0]:6.0f} s  RSS python {py:6.0f} MiB  jvm {jvm:6.0f} MiB", flush=True)
             if follower.poll() is not None:
                 raise SystemExit(f"the follower exited {follower.returncode}; see {work / 'follower.log'}")
-        cpu = (cpu_seconds(process_group(follower.pid)) - cpu0) / (time.monotonic() - t0)
+        spent = time.monotonic() - t0
+        cpu = (cpu_seconds(process_group(follower.pid)) - cpu0) / spent
+        reader_cpu = (cpu_seconds(process_group(reader.pid)) - reader0) / spent
+        machine = (machine_cpu_seconds() - machine0) / spent
         measure_to = time.time()
         stop.set()
         for w in writers:
@@ -260,8 +271,12 @@ def _measure(args: argparse.Namespace, watch_every: float) -> tuple[float, float
           f"({len(lags) * ROWS_PER_TX / (measure_to - measure_from):.0f} changed rows/s measured), {unseen} never seen:")
     print(f"  p50 {pct(50):.2f} s   p90 {pct(90):.2f} s   p99 {pct(99):.2f} s   max {lags[-1]:.2f} s   "
           f"mean {statistics.mean(lags):.2f} s")
-    print(f"follower CPU: {cpu:.2f} cores (Python + JVM) of 2; {len(batches)} batches in the whole run, "
-          f"median {statistics.median(b['seconds'] for b in batches):.3f} s each")
+    runs = [json.loads(line)["seconds"] for line in (work / "follower.log").read_text().splitlines()
+            if line.startswith("{") and '"record": "run"' in line]
+    print(f"follower CPU: {cpu:.2f} cores (Python + JVM) of {os.cpu_count()}; the delta-rs reader {reader_cpu:.2f}, "
+          f"the rest (writers, PostgreSQL, ...) {machine - cpu - reader_cpu:.2f}; {len(batches)} batches in the whole "
+          f"run, median {statistics.median(b['seconds'] for b in batches):.3f} s each; {len(runs)} runs (passes), "
+          f"median {statistics.median(runs) if runs else float('nan'):.2f} s each")
     _print_windows(timed, batches, measure_from, measure_to)
     if samples:
         print(f"follower RSS: python {samples[0][1]:.0f} -> {samples[-1][1]:.0f} MiB (max {max(s[1] for s in samples):.0f}), "

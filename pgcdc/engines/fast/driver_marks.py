@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from pgcdc.engines.fast import key_index
-from pgcdc.spark.jvm import cls, none, seq, some
+from pgcdc.spark.jvm import cls, kept, none, seq, some
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -252,9 +252,32 @@ def deletion_vectors(spark: "SparkSession", o: "Opened", files: list[Any], paths
         data.append(vector_data(spark_path.fromPath(add.absolutePath(log)).urlEncoded(),
                                 some(spark, existing.serializeToBase64()) if existing is not None else none(spark),
                                 portable_bitmap(mask), count))
-    if not data:
-        return seq(spark, [])
-    store = cls(spark, "org.apache.spark.sql.delta.commands.DeletionVectorWriter").createMapperToStoreDeletionVectors(
-        spark._jsparkSession, log.newDeltaHadoopConf(), log.dataPath(),
-        cls(spark, "org.apache.spark.sql.delta.util.Utils").getRandomPrefixLength(txn.metadata()))
-    return store.apply(seq(spark, data).iterator()).toList()  # strict: every vector written now
+    return seq(spark, _stored(spark, o, data) if data else [])
+
+
+def _stored(spark: "SparkSession", o: "Opened", data: list[Any]) -> list[Any]:
+    """Write the vectors `data` (DeletionVectorData, each merged with its file's vector if it has
+    one) into one new file of the table; their DeletionVectorResults.
+
+    What Delta's mapper (DeletionVectorWriter.createMapperToStoreDeletionVectors) does for one
+    bin of vectors, on the driver, without the broadcast of the Hadoop configuration each mapper
+    makes for its Spark tasks (~35 ms a batch, most of a small batch's time). The vector store
+    is made once per session from the session's Hadoop configuration, which is what a table's
+    log uses where opened by path with no options (as pgcdc opens them); only files on the local
+    file system come here (local_paths)."""
+    writing = cls(spark, "org.apache.spark.sql.delta.commands.DeletionVectorWriter")
+    log = o.txn.deltaLog()
+    store = kept(spark, "deletion vector store", lambda: getattr(  # (a trait's companion: no static forwarder)
+        cls(spark, "org.apache.spark.sql.delta.storage.dv.DeletionVectorStore$"), "MODULE$").createInstance(
+        log.newDeltaHadoopConf()))
+    table = log.dataPath()
+    utils = cls(spark, "org.apache.spark.sql.delta.util.Utils")
+    prefix = utils.getRandomPrefix(utils.getRandomPrefixLength(o.txn.metadata()))
+    made = writing.createWriter(store, store.pathWithFileSystem(table), prefix)
+    writer = made._1()
+    context = cls(spark, "org.apache.spark.sql.delta.commands.DeletionVectorWriter$DeletionVectorMapperContext")(
+        store, writer, table, made._2(), prefix)
+    try:
+        return [writing.storeBitmapAndGenerateResult(context, d) for d in data]
+    finally:
+        writer.close()
