@@ -6,8 +6,9 @@ On a throwaway PostgreSQL and a local Delta folder: one writer thread per table 
 transactions of 10 changed rows at a steady total of --rate changed rows per second; each
 transaction stamps its rows with the table's next sequence number and notes the time its
 commit returned. A follower (`pgcdc ingest --follow`, its own process and JVM) syncs the
-tables. A separate reader process (delta-rs, no Spark) polls every table's newest version
-for its highest sequence number and notes when each number first became readable.
+tables. A separate reader process watches every table's Delta log for its next commit and
+notes when each sequence number first became readable (from the commit's files' statistics,
+checked against delta-rs now and then: reader_main).
 Lag = that moment - the commit's return, for every transaction after a warm-up.
 
 It prints p50/p90/p99/max lag, the follower's CPU (its Python and its JVM, from /proc) as
@@ -40,31 +41,47 @@ ROWS_PER_TX = 10
 
 
 def reader_main(root: str, tables: list[str], out: str) -> None:
-    """The separate reader: for each table, the highest sequence number readable now (delta-rs)."""
+    """The separate reader: for each table, the highest sequence number readable now. It watches
+    each table's Delta log for its next commit file (Delta publishes a version by creating it,
+    atomically) and takes the highest `seq` of the rows that commit added from their files'
+    statistics, which is what any reader of that version sees (delta-rs reads a table whose
+    commits carry none, and checks the statistics' answer on every 50th version). A reader that
+    queried every table with delta-rs after every commit took ~0.7 cores and ~60,000 context
+    switches a second of this 2-core machine at 200 tables: it stands for readers elsewhere."""
     from deltalake import DeltaTable, QueryBuilder
 
-    loaded: dict[str, DeltaTable] = {}
+    def queried(t: str) -> int:
+        dt = DeltaTable(f"{root}/public.{t}")
+        batch = QueryBuilder().register("t", dt).execute("select max(seq) as m from t").read_all()
+        return int(batch.column("m")[0].as_py() or 0)
+
+    versions: dict[str, int] = {}
     seen: dict[str, int] = {}
     with open(out, "w") as f:
         while True:
             for t in tables:
+                log = Path(f"{root}/public.{t}/_delta_log")
+                version = versions.get(t, -1) + 1
                 try:
-                    dt = loaded.get(t)
-                    if dt is None:
-                        dt = loaded[t] = DeltaTable(f"{root}/public.{t}")
-                    else:
-                        before = dt.version()
-                        dt.update_incremental()
-                        if dt.version() == before:
-                            continue
-                    batch = QueryBuilder().register("t", dt).execute("select max(seq) as m from t").read_all()
-                    top = batch.column("m")[0].as_py() or 0
-                except Exception:  # (not created yet)
-                    loaded.pop(t, None)
+                    text = (log / f"{version:020d}.json").read_text()
+                except OSError:
+                    if version == 0 and log.is_dir():  # (a log cleaned up to a checkpoint: start past it)
+                        versions[t] = max((int(p.name[:20]) for p in log.glob("*.json")), default=0) - 1
                     continue
+                at = time.time()
+                versions[t] = version
+                tops = [json.loads(json.loads(line)["add"].get("stats") or "{}").get("maxValues", {}).get("seq")
+                        for line in text.splitlines() if line.startswith('{"add"')]
+                try:
+                    top = queried(t) if None in tops or version % 50 == 0 else max(tops, default=-1)
+                except Exception:  # (not readable yet)
+                    continue
+                if version % 50 == 0 and None not in tops and tops and max(tops) > top:
+                    raise SystemExit(f"{t} version {version}: its files' statistics say seq {max(tops)}, "
+                                     f"delta-rs reads {top}")
                 if top > seen.get(t, -1):
                     seen[t] = top
-                    f.write(f"{t} {top} {time.time():.4f}\n")
+                    f.write(f"{t} {top} {at:.4f}\n")
                     f.flush()
             time.sleep(0.02)
 
@@ -267,13 +284,13 @@ def _measure(args: argparse.Namespace, watch_every: float) -> tuple[float, float
 
     batches = [json.loads(line) for line in (work / "follower.log").read_text().splitlines()
                if line.startswith("{") and '"record": "batch"' in line]
-    print(f"\nlag from commit to readable in Delta (delta-rs reader), {len(lags)} transactions "
+    print(f"\nlag from commit to readable in Delta (the log reader), {len(lags)} transactions "
           f"({len(lags) * ROWS_PER_TX / (measure_to - measure_from):.0f} changed rows/s measured), {unseen} never seen:")
     print(f"  p50 {pct(50):.2f} s   p90 {pct(90):.2f} s   p99 {pct(99):.2f} s   max {lags[-1]:.2f} s   "
           f"mean {statistics.mean(lags):.2f} s")
     runs = [json.loads(line)["seconds"] for line in (work / "follower.log").read_text().splitlines()
             if line.startswith("{") and '"record": "run"' in line]
-    print(f"follower CPU: {cpu:.2f} cores (Python + JVM) of {os.cpu_count()}; the delta-rs reader {reader_cpu:.2f}, "
+    print(f"follower CPU: {cpu:.2f} cores (Python + JVM) of {os.cpu_count()}; the reader {reader_cpu:.2f}, "
           f"the rest (writers, PostgreSQL, ...) {machine - cpu - reader_cpu:.2f}; {len(batches)} batches in the whole "
           f"run, median {statistics.median(b['seconds'] for b in batches):.3f} s each; {len(runs)} runs (passes), "
           f"median {statistics.median(runs) if runs else float('nan'):.2f} s each")
