@@ -12,7 +12,7 @@ same path to the commit.
 
 Only where that is as exact as the Spark path: key columns held as integers or text,
 files on the local file system (with column mapping, read by the key columns' physical names:
-deltalog.physical_names); and up to `ingest.driver_keys` keys,
+deltalog.Opened.physical_names); and up to `ingest.driver_keys` keys,
 which the driver holds as one Arrow table (as many as a Spark broadcast join would
 gather on it). Everything else takes the Spark path.
 """
