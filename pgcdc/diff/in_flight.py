@@ -25,9 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from itertools import product
-
-from pgcdc.lake import landing
+from pgcdc.lake.landing import Landing
 from pgcdc.source.columns import fingerprint, table_columns
 from pgcdc.source.enrich import decoded_keys
 
@@ -65,6 +63,4 @@ def columns_checked(conn: "psycopg.Connection", t: "AttachedTable", state: "Cons
     if not state.columns:
         return None
     columns = table_columns(conn, t.name)
-    soft, meta = landing.NAMES[:2], landing.NAMES[2:]
-    shapes = {" ".join((soft if s else ()) + (meta if m else ())) for s, m in product((False, True), repeat=2)}
-    return any(fingerprint(t.name, t.key_columns, columns, shape) == state.columns for shape in shapes)
+    return any(fingerprint(t.name, t.key_columns, columns, way.shape()) == state.columns for way in Landing.every())

@@ -62,6 +62,16 @@ class Landing:
         meta = [StructField(SYNCED_AT, TimestampType()), StructField(TXID, LongType())]
         return (soft if self.soft_deletes else []) + (meta if self.metadata else [])
 
+    def shape(self) -> str:
+        """These columns' names, as a state's fingerprint of its columns records them
+        (source/columns.fingerprint)."""
+        return " ".join(f.name for f in self.fields())
+
+    @staticmethod
+    def every() -> "list[Landing]":
+        """Every shape a consumer's Delta tables may take."""
+        return [Landing(soft, meta) for soft in (False, True) for meta in (False, True)]
+
     def schema(self, source: "StructType") -> "StructType":
         """The Delta table's columns for rows read with the `source` schema."""
         from pyspark.sql.types import StructType

@@ -99,7 +99,7 @@ class RunContext:
         """What the table's state keeps of the columns its Delta table was checked against: its
         name, key and columns and what lands beside them, so that a table whose columns or
         landing changed takes the full path (sync/idle.py), which copies it again."""
-        return fingerprint(t.name, t.key_columns, columns, " ".join(f.name for f in self.landing.fields()))
+        return fingerprint(t.name, t.key_columns, columns, self.landing.shape())
 
     def source_schema(self, jdbc: dict[str, str], t: AttachedTable, columns: list[Column]) -> "StructType":
         """The table's Spark schema as the sync reads it (enrich.schema_of, a JDBC connection and

@@ -252,12 +252,12 @@ def deletion_vectors(spark: "SparkSession", o: "Opened", files: list[Any], paths
         data.append(vector_data(spark_path.fromPath(add.absolutePath(log)).urlEncoded(),
                                 some(spark, existing.serializeToBase64()) if existing is not None else none(spark),
                                 portable_bitmap(mask), count))
-    return seq(spark, _stored(spark, o, data) if data else [])
+    return seq(spark, _stored(spark, o, log, data) if data else [])
 
 
-def _stored(spark: "SparkSession", o: "Opened", data: list[Any]) -> list[Any]:
+def _stored(spark: "SparkSession", o: "Opened", log: Any, data: list[Any]) -> list[Any]:
     """Write the vectors `data` (DeletionVectorData, each merged with its file's vector if it has
-    one) into one new file of the table; their DeletionVectorResults.
+    one) into one new file of the table (`log`: its DeltaLog); their DeletionVectorResults.
 
     What Delta's mapper (DeletionVectorWriter.createMapperToStoreDeletionVectors) does for one
     bin of vectors, on the driver, without the broadcast of the Hadoop configuration each mapper
@@ -266,7 +266,6 @@ def _stored(spark: "SparkSession", o: "Opened", data: list[Any]) -> list[Any]:
     log uses where opened by path with no options (as pgcdc opens them); only files on the local
     file system come here (local_paths)."""
     writing = cls(spark, "org.apache.spark.sql.delta.commands.DeletionVectorWriter")
-    log = o.txn.deltaLog()
     store = kept(spark, "deletion vector store", lambda: getattr(  # (a trait's companion: no static forwarder)
         cls(spark, "org.apache.spark.sql.delta.storage.dv.DeletionVectorStore$"), "MODULE$").createInstance(
         log.newDeltaHadoopConf()))

@@ -25,10 +25,10 @@ from pgcdc.spark.jvm import cls
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from pgcdc.engines.fast.deltalog import Opened
     from pyspark.sql import SparkSession
     from pyspark.sql.types import DataType, StructType
+
+    from pgcdc.engines.fast.deltalog import Opened
 
 # Writer features under which a plain AddFile is a complete write (the commit adds the rest);
 # tables with deletion vectors, which pgcdc needs, list their features (writer version 7). With
